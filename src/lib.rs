@@ -1,0 +1,11 @@
+//! stompgate: a thread-per-core STOMP 1.0/1.1/1.2 gateway onto KubeMQ's five messaging
+//! patterns, with an embedded array.
+//!
+//! Rings (see `../shared/design.md`):
+//! 1. pure protocol — [`stomp`], [`route`], [`model`];
+//! 2. session — [`session`], one connection's protocol state machine;
+//! 3. per-core I/O — [`runtime`], [`conn`], [`array`].
+pub mod config;
+pub mod model;
+pub mod route;
+pub mod stomp;

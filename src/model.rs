@@ -1,0 +1,109 @@
+//! Domain types shared by every ring: the five KubeMQ patterns, channel names, tags and the
+//! message that travels through the array. Nothing here does I/O.
+
+use bytes::Bytes;
+use std::fmt;
+
+/// The messaging pattern a destination selects. `Reply` is the connection-local RPC reply sink
+/// (`/reply/…`): it is never routed to the array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pattern {
+    Events,
+    EventsStore,
+    Queues,
+    Commands,
+    Queries,
+    Reply,
+}
+
+impl Pattern {
+    /// The primary (canonical) destination prefix, without slashes: egress always uses it.
+    pub fn primary_prefix(self) -> &'static str {
+        match self {
+            Pattern::Events => "topic",
+            Pattern::EventsStore => "topic-store",
+            Pattern::Queues => "queue",
+            Pattern::Commands => "command",
+            Pattern::Queries => "query",
+            Pattern::Reply => "reply",
+        }
+    }
+
+    /// A small stable number, used when hashing (pattern, channel) to an owner core.
+    pub fn index(self) -> u8 {
+        self as u8
+    }
+}
+
+/// A KubeMQ channel name in its dotted form (`orders.eu`). Cheap to clone (shared bytes).
+/// Channels reach us from STOMP destinations (any bytes but `/`) and later from gRPC (UTF-8).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Channel(pub Bytes);
+
+impl Channel {
+    pub fn from_static(s: &'static str) -> Self {
+        Channel(Bytes::from_static(s.as_bytes()))
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl fmt::Display for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+/// KubeMQ tags, in insertion order. Keys are unique (first wins on ingress).
+/// A `Vec` rather than a map: messages carry a handful of tags, and order is kept for egress.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tags(pub Vec<(Bytes, Bytes)>);
+
+impl Tags {
+    pub fn get(&self, key: &[u8]) -> Option<&Bytes> {
+        self.0.iter().find(|(k, _)| k.as_ref() == key).map(|(_, v)| v)
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &(Bytes, Bytes)> {
+        self.0.iter()
+    }
+}
+
+/// One message as the array stores and forwards it. Shared (`Arc`) between every delivery, so
+/// a fan-out to N subscribers never copies the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// KubeMQ message / event id.
+    pub id: Bytes,
+    pub channel: Channel,
+    /// Producer's client id.
+    pub client_id: Bytes,
+    /// Native KubeMQ `Metadata`; STOMP ingress never sets it (seed 000).
+    pub metadata: Bytes,
+    pub body: Bytes,
+    pub tags: Tags,
+    /// Wall-clock time the array accepted the message, Unix nanoseconds.
+    pub timestamp_ns: i64,
+    /// Events-Store sequence (1-based); 0 elsewhere.
+    pub sequence: u64,
+}
+
+/// Current wall-clock time in Unix nanoseconds.
+pub fn now_unix_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,8 @@
+//! Destination routing and header ⇄ tag mapping (seeds 000/001). Pure functions.
+pub mod destination;
+pub mod tags;
+pub mod wildcard;
+
+pub use destination::{parse_destination, write_egress_destination, DefaultPattern, Destination, Intent};
+pub use tags::{headers_to_tags, write_egress_tag_headers, TagError};
+pub use wildcard::Filter;

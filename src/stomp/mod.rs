@@ -1,0 +1,12 @@
+//! Pure STOMP protocol: bytes in, `Frame` out; server frames in, bytes out. No async, no
+//! sockets, no runtime types.
+pub mod decode;
+pub mod encode;
+pub mod error;
+pub mod frame;
+pub mod negotiate;
+
+pub use decode::{DecodeError, Decoded, Decoder, Limits};
+pub use encode::FrameWriter;
+pub use error::WireError;
+pub use frame::{Command, Frame, Headers, Version};
