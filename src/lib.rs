@@ -9,3 +9,7 @@ pub mod config;
 pub mod model;
 pub mod route;
 pub mod stomp;
+pub mod array;
+pub mod conn;
+pub mod runtime;
+pub mod session;

@@ -1,1 +1,41 @@
-fn main() {}
+//! `stompgate`: serve STOMP on the embedded array until SIGINT/SIGTERM.
+use stompgate::config::Config;
+use stompgate::runtime::Server;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("STOMPGATE_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = match Config::from_env_and_args() {
+        Ok(cfg) => cfg,
+        Err(reason) => {
+            eprintln!("stompgate: {reason}");
+            std::process::exit(2);
+        }
+    };
+    let addr = cfg.stomp_addr;
+    let cpus = cfg.cpus.clone();
+    let server = match Server::start(cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("stompgate: {e}");
+            std::process::exit(1);
+        }
+    };
+    let shared = server.shutdown_flag();
+    // The handler only stores to an atomic flag, which each core's housekeeping tick reads.
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, shared.shutdown_flag()) {
+            eprintln!("stompgate: cannot install signal handler: {e}");
+            std::process::exit(1);
+        }
+    }
+    tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, "stompgate listening (embedded array)");
+    let _ = addr;
+    server.join();
+    tracing::info!("stompgate stopped");
+}

@@ -3,6 +3,9 @@ pub mod destination;
 pub mod tags;
 pub mod wildcard;
 
-pub use destination::{parse_destination, write_egress_destination, DefaultPattern, Destination, Intent};
-pub use tags::{headers_to_tags, write_egress_tag_headers, TagError};
+pub use destination::{
+    parse_destination, write_egress_destination, DefaultPattern, Destination, DestinationError, Intent,
+    MAX_DESTINATION_LEN,
+};
+pub use tags::{headers_to_tags, write_egress_tag_headers, TagError, MAX_CUSTOM_TAGS, MAX_TAG_VALUE_LEN};
 pub use wildcard::Filter;

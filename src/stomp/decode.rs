@@ -1,4 +1,4 @@
-//! Incremental, zero-copy STOMP frame decoder. (Owned by the codec work; see contract below.)
+//! Incremental, zero-copy STOMP frame decoder.
 //!
 //! Contract:
 //! - `decode(&mut buf)` consumes at most one frame (or one heart-beat EOL) from the front of
@@ -10,8 +10,26 @@
 //!   1.2 adds `\r`. An undefined escape (1.1/1.2) is `Malformed`.
 //! - Limits: header block (command line + headers) > `max_header_bytes`, more than
 //!   `max_headers` headers, or body > `max_body` → `FrameTooLarge`.
-use super::frame::{Frame, Version};
-use bytes::BytesMut;
+//!
+//! Decisions callers must know:
+//! - **Heart-beats are not coalesced.** Every EOL (LF, or CR LF) seen between frames yields its
+//!   own `Decoded::HeartBeat`. Coalescing would make the result depend on how the bytes were cut
+//!   into reads; one-per-EOL does not. The EOLs the spec allows after a frame's NUL are left in
+//!   the buffer, so a frame followed by `\n` yields `Frame` and then `HeartBeat`.
+//! - **CR handling.** An EOL is `LF` or `CR LF` in 1.2 and before negotiation (CONNECT may come
+//!   from a 1.2 client). STOMP 1.0/1.1 define EOL as LF alone, and the 1.1 grammar lets a header
+//!   name or value contain any octet but LF and `:`, so there a CR before LF stays part of the line
+//!   (a `SEND\r` command line is an unknown command → `Malformed`). A CR LF *between* frames is a
+//!   heart-beat in every version: it cannot start a valid frame anyway.
+//! - `content-length` is kept in the decoded headers; only its first occurrence sizes the body,
+//!   and surrounding spaces/tabs around its digits are tolerated (1.0 clients pad headers).
+//! - After an error the decoder resets to "between frames" but does not consume `buf`; calling
+//!   `decode` again on the same bytes returns the same error. The connection should be closed.
+//! - `set_version` takes effect for bytes not yet parsed. Since `decode` returns right after a
+//!   frame, calling it after the CONNECT frame is decoded applies it to everything that follows.
+use super::frame::{Command, Frame, Headers, Version};
+use bytes::{Buf, Bytes, BytesMut};
+use memchr::memchr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -29,7 +47,7 @@ impl Default for Limits {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decoded {
     Frame(Frame),
-    /// A bare EOL between frames (heart-beat).
+    /// A bare EOL between frames (heart-beat). One per EOL; never coalesced.
     HeartBeat,
 }
 
@@ -41,22 +59,868 @@ pub enum DecodeError {
     Malformed,
 }
 
+/// Which escape sequences a frame's headers use (depends on version and command).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Escapes {
+    /// Pre-CONNECT, 1.0, and CONNECT/STOMP/CONNECTED frames: bytes are taken literally.
+    None,
+    /// 1.1: `\c \n \\`.
+    V11,
+    /// 1.2: `\c \n \\ \r`.
+    V12,
+}
+
+/// Half of a parsed header: either a range of the frame's own bytes (the common, zero-copy
+/// case) or an owned copy made because it had to be unescaped.
+#[derive(Debug)]
+enum Part {
+    Raw(usize, usize),
+    Owned(Bytes),
+}
+
+impl Part {
+    fn into_bytes(self, frame: &Bytes) -> Bytes {
+        match self {
+            Part::Raw(start, end) => frame.slice(start..end),
+            Part::Owned(b) => b,
+        }
+    }
+}
+
+/// Where the decoder is inside the frame at the front of the buffer. All offsets are from the
+/// front of the caller's buffer, which is where the frame starts: nothing is consumed until a
+/// whole frame (or heart-beat) has been recognized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Between frames: the next byte starts a heart-beat EOL or a command line.
+    Idle,
+    /// Reading the command line and header lines.
+    Head {
+        /// The command, once its line is complete.
+        command: Option<Command>,
+        /// Start of the first line not yet processed.
+        line_start: usize,
+        /// The LF search resumes here: bytes in `line_start..scan_from` hold no LF.
+        scan_from: usize,
+    },
+    /// The blank line has been seen; waiting for the body and its NUL.
+    Body {
+        command: Command,
+        body_start: usize,
+        /// `Some` when a `content-length` header sized the body.
+        content_length: Option<usize>,
+        /// The NUL search resumes here (only used without `content-length`).
+        scan_from: usize,
+    },
+}
+
 #[derive(Debug)]
 pub struct Decoder {
     limits: Limits,
     version: Option<Version>,
+    state: State,
+    /// Headers of the frame being parsed. Kept across calls (and its allocation reused across
+    /// frames) so a header block arriving in many reads is parsed once, line by line.
+    headers: Vec<(Part, Part)>,
+    /// The first `content-length` of the frame being parsed.
+    content_length: Option<usize>,
+    /// Test-only count of bytes handed to the LF/NUL searches, to prove nothing is rescanned.
+    #[cfg(test)]
+    examined: usize,
 }
 
 impl Decoder {
     pub fn new(limits: Limits) -> Self {
-        Decoder { limits, version: None }
+        Decoder {
+            limits,
+            version: None,
+            state: State::Idle,
+            headers: Vec::new(),
+            content_length: None,
+            #[cfg(test)]
+            examined: 0,
+        }
     }
+
     /// Set once CONNECT has been negotiated; before that no header is unescaped.
     pub fn set_version(&mut self, v: Version) {
         self.version = Some(v);
     }
+
+    /// Decodes at most one frame or heart-beat from the front of `buf`.
+    ///
+    /// # Errors
+    /// `FrameTooLarge` when a limit is exceeded (detected as soon as the buffered bytes prove
+    /// it), `Malformed` for anything else the grammar does not allow. `buf` is not consumed.
+    ///
+    /// # Cancel-safety
+    /// All progress lives in `self`; `buf` must be the same buffer, only appended to, between
+    /// calls that return `Ok(None)`. If it shrank, parsing restarts from its front.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, DecodeError> {
-        let _ = (buf, &self.limits);
-        todo!("codec helper")
+        if self.resume_offset() > buf.len() {
+            // The caller dropped bytes we had scanned: our offsets are meaningless now.
+            self.reset();
+        }
+        let result = self.step(buf);
+        if result.is_err() {
+            self.reset();
+        }
+        result
+    }
+
+    fn reset(&mut self) {
+        self.state = State::Idle;
+        self.headers.clear();
+        self.content_length = None;
+    }
+
+    /// The furthest offset into `buf` the current state relies on.
+    fn resume_offset(&self) -> usize {
+        match self.state {
+            State::Idle => 0,
+            State::Head { scan_from, .. } => scan_from,
+            State::Body { scan_from, .. } => scan_from,
+        }
+    }
+
+    #[inline]
+    fn note_examined(&mut self, n: usize) {
+        #[cfg(test)]
+        {
+            self.examined += n;
+        }
+        let _ = n;
+    }
+
+    /// CR LF is an EOL only in 1.2 and before negotiation; see the module docs.
+    fn strips_cr(&self) -> bool {
+        matches!(self.version, None | Some(Version::V1_2))
+    }
+
+    fn escapes_for(&self, command: Command) -> Escapes {
+        if !command.escapes_headers() {
+            return Escapes::None;
+        }
+        match self.version {
+            None | Some(Version::V1_0) => Escapes::None,
+            Some(Version::V1_1) => Escapes::V11,
+            Some(Version::V1_2) => Escapes::V12,
+        }
+    }
+
+    fn step(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, DecodeError> {
+        loop {
+            match self.state {
+                State::Idle => match buf.first() {
+                    None => return Ok(None),
+                    Some(b'\n') => {
+                        buf.advance(1);
+                        return Ok(Some(Decoded::HeartBeat));
+                    }
+                    Some(b'\r') => match buf.get(1) {
+                        // A lone CR may still become a CR LF heart-beat.
+                        None => return Ok(None),
+                        Some(b'\n') => {
+                            buf.advance(2);
+                            return Ok(Some(Decoded::HeartBeat));
+                        }
+                        Some(_) => {
+                            self.state = State::Head { command: None, line_start: 0, scan_from: 0 }
+                        }
+                    },
+                    Some(_) => {
+                        self.state = State::Head { command: None, line_start: 0, scan_from: 0 }
+                    }
+                },
+                State::Head { command, line_start, scan_from } => {
+                    match self.head(buf, command, line_start, scan_from)? {
+                        true => continue,
+                        false => return Ok(None),
+                    }
+                }
+                State::Body { command, body_start, content_length, scan_from } => {
+                    return self.body(buf, command, body_start, content_length, scan_from);
+                }
+            }
+        }
+    }
+
+    /// Processes every complete line of the header block. Returns `true` when the blank line
+    /// was found (state is now `Body`), `false` when more bytes are needed.
+    fn head(
+        &mut self,
+        buf: &BytesMut,
+        mut command: Option<Command>,
+        mut line_start: usize,
+        mut scan_from: usize,
+    ) -> Result<bool, DecodeError> {
+        let max = self.limits.max_header_bytes;
+        loop {
+            let Some(i) = memchr(b'\n', &buf[scan_from..]) else {
+                self.note_examined(buf.len() - scan_from);
+                self.state = State::Head { command, line_start, scan_from: buf.len() };
+                // The header block will end at an LF not yet received, so it is at least
+                // `buf.len() + 1` bytes long: fail now rather than buffer forever.
+                if buf.len() >= max {
+                    return Err(DecodeError::FrameTooLarge);
+                }
+                return Ok(false);
+            };
+            self.note_examined(i + 1);
+            let lf = scan_from + i;
+            let next = lf + 1;
+            // Size is checked before the line's content so the error does not depend on how
+            // the input was cut into reads (the partial check above fires on the same inputs).
+            if next > max {
+                return Err(DecodeError::FrameTooLarge);
+            }
+            let mut end = lf;
+            if self.strips_cr() && end > line_start && buf[end - 1] == b'\r' {
+                end -= 1;
+            }
+            let line = &buf[line_start..end];
+            match command {
+                None => command = Some(Command::parse(line).ok_or(DecodeError::Malformed)?),
+                Some(cmd) if line.is_empty() => {
+                    let content_length = self.content_length;
+                    self.state = State::Body {
+                        command: cmd,
+                        body_start: next,
+                        content_length,
+                        scan_from: next,
+                    };
+                    return Ok(true);
+                }
+                Some(cmd) => {
+                    let escapes = self.escapes_for(cmd);
+                    self.header_line(line, line_start, escapes)?;
+                }
+            }
+            line_start = next;
+            scan_from = next;
+        }
+    }
+
+    /// Parses one non-empty header line starting at `offset` in the frame.
+    fn header_line(&mut self, line: &[u8], offset: usize, escapes: Escapes) -> Result<(), DecodeError> {
+        if self.headers.len() >= self.limits.max_headers {
+            return Err(DecodeError::FrameTooLarge);
+        }
+        // Split at the FIRST colon: 1.0 and CONNECT values may contain raw colons, and we are
+        // lenient about raw colons in 1.1/1.2 values too.
+        let colon = memchr(b':', line).ok_or(DecodeError::Malformed)?;
+        if colon == 0 {
+            return Err(DecodeError::Malformed);
+        }
+        let name = part(line, offset, 0, colon, escapes)?;
+        let value = part(line, offset, colon + 1, line.len(), escapes)?;
+        // Only the first `content-length` sizes the body ("first wins"); later ones are kept
+        // as history but not even validated. Checked here, as soon as the line is complete,
+        // so an oversized body is refused before any of it is buffered.
+        if self.content_length.is_none() && part_bytes(&name, line, offset) == b"content-length" {
+            let len = parse_length(part_bytes(&value, line, offset), self.limits.max_body)?;
+            self.content_length = Some(len);
+        }
+        self.headers.push((name, value));
+        Ok(())
+    }
+
+    fn body(
+        &mut self,
+        buf: &mut BytesMut,
+        command: Command,
+        body_start: usize,
+        content_length: Option<usize>,
+        scan_from: usize,
+    ) -> Result<Option<Decoded>, DecodeError> {
+        let max = self.limits.max_body;
+        let nul = match content_length {
+            Some(len) => {
+                // `len <= max_body` was checked when the header was parsed.
+                let nul = body_start.checked_add(len).ok_or(DecodeError::FrameTooLarge)?;
+                if buf.len() <= nul {
+                    return Ok(None);
+                }
+                // The spec: read exactly `len` octets, then the frame must end with NUL.
+                if buf[nul] != 0 {
+                    return Err(DecodeError::Malformed);
+                }
+                nul
+            }
+            None => match memchr(0, &buf[scan_from..]) {
+                Some(i) => {
+                    self.note_examined(i + 1);
+                    let nul = scan_from + i;
+                    if nul - body_start > max {
+                        return Err(DecodeError::FrameTooLarge);
+                    }
+                    nul
+                }
+                None => {
+                    self.note_examined(buf.len() - scan_from);
+                    self.state =
+                        State::Body { command, body_start, content_length, scan_from: buf.len() };
+                    if buf.len() - body_start > max {
+                        return Err(DecodeError::FrameTooLarge);
+                    }
+                    return Ok(None);
+                }
+            },
+        };
+        let frame = buf.split_to(nul + 1).freeze();
+        let headers = self
+            .headers
+            .drain(..)
+            .map(|(n, v)| (n.into_bytes(&frame), v.into_bytes(&frame)))
+            .collect();
+        let body = frame.slice(body_start..nul);
+        self.reset();
+        Ok(Some(Decoded::Frame(Frame { command, headers: Headers(headers), body })))
+    }
+}
+
+/// The bytes of a part while its line is still borrowed from the buffer.
+fn part_bytes<'a>(p: &'a Part, line: &'a [u8], offset: usize) -> &'a [u8] {
+    match p {
+        Part::Raw(start, end) => &line[start - offset..end - offset],
+        Part::Owned(b) => b,
+    }
+}
+
+/// One side of a header: `line[start..end]`, unescaped (copied) only if it holds a backslash
+/// and the frame uses escapes.
+fn part(line: &[u8], offset: usize, start: usize, end: usize, escapes: Escapes) -> Result<Part, DecodeError> {
+    let raw = &line[start..end];
+    if escapes == Escapes::None || memchr(b'\\', raw).is_none() {
+        return Ok(Part::Raw(offset + start, offset + end));
+    }
+    unescape(raw, escapes == Escapes::V12).map(Part::Owned)
+}
+
+/// Applies the spec's header unescaping. Any other escape, or a trailing lone backslash, is a
+/// fatal protocol error (spec 1.1/1.2 "Value Encoding").
+fn unescape(raw: &[u8], with_cr: bool) -> Result<Bytes, DecodeError> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(i) = memchr(b'\\', rest) {
+        out.extend_from_slice(&rest[..i]);
+        let decoded = match rest.get(i + 1) {
+            Some(b'n') => b'\n',
+            Some(b'c') => b':',
+            Some(b'\\') => b'\\',
+            Some(b'r') if with_cr => b'\r',
+            _ => return Err(DecodeError::Malformed),
+        };
+        out.push(decoded);
+        rest = &rest[i + 2..];
+    }
+    out.extend_from_slice(rest);
+    Ok(Bytes::from(out))
+}
+
+/// Parses a `content-length` value: ASCII digits, optionally padded with spaces/tabs.
+/// Non-numeric → `Malformed`; larger than `max_body` (including overflow) → `FrameTooLarge`.
+fn parse_length(value: &[u8], max_body: usize) -> Result<usize, DecodeError> {
+    let value = trim_blanks(value);
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return Err(DecodeError::Malformed);
+    }
+    let mut n: usize = 0;
+    for &d in value {
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(usize::from(d - b'0')))
+            .ok_or(DecodeError::FrameTooLarge)?;
+    }
+    if n > max_body {
+        return Err(DecodeError::FrameTooLarge);
+    }
+    Ok(n)
+}
+
+fn trim_blanks(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Item = Result<Decoded, DecodeError>;
+
+    /// Feeds `input` to a fresh decoder in pieces of `piece` bytes, draining after each piece
+    /// until it needs more bytes or fails (then it stops feeding). Returns the results and how
+    /// many bytes the decoder consumed.
+    fn decode_in_pieces(version: Option<Version>, limits: Limits, input: &[u8], piece: usize) -> (Vec<Item>, usize) {
+        let mut d = Decoder::new(limits);
+        if let Some(v) = version {
+            d.set_version(v);
+        }
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let mut fed = 0;
+        for chunk in input.chunks(piece.max(1)) {
+            buf.extend_from_slice(chunk);
+            fed += chunk.len();
+            loop {
+                match d.decode(&mut buf) {
+                    Ok(Some(item)) => out.push(Ok(item)),
+                    Ok(None) => break,
+                    Err(e) => {
+                        out.push(Err(e));
+                        return (out, fed - buf.len());
+                    }
+                }
+            }
+        }
+        (out, fed - buf.len())
+    }
+
+    /// Runs `f` with the piece sizes seastar's memcached parser test uses, plus "whole".
+    fn for_each_fragment_size(input_len: usize, mut f: impl FnMut(usize)) {
+        for size in [1, 2, 5, 10, 100, 1000, input_len.max(1)] {
+            f(size);
+        }
+    }
+
+    /// Asserts that every way of cutting `input` yields `expected` and leaves the suffix `rest`
+    /// unconsumed (after an error, the decoder must not have consumed the failing frame).
+    fn check_rest(version: Option<Version>, limits: Limits, input: &[u8], expected: &[Item], rest: &[u8]) {
+        assert!(input.ends_with(rest));
+        for_each_fragment_size(input.len(), |size| {
+            let (got, consumed) = decode_in_pieces(version, limits, input, size);
+            assert_eq!(got, expected, "piece size {size}");
+            assert_eq!(consumed, input.len() - rest.len(), "consumed, piece size {size}");
+        });
+    }
+
+    fn check(version: Option<Version>, input: &[u8], expected: &[Item]) {
+        check_rest(version, Limits::default(), input, expected, b"");
+    }
+
+    fn frame(command: Command, headers: &[(&[u8], &[u8])], body: &[u8]) -> Item {
+        Ok(Decoded::Frame(Frame {
+            command,
+            headers: Headers(
+                headers.iter().map(|(n, v)| (Bytes::copy_from_slice(n), Bytes::copy_from_slice(v))).collect(),
+            ),
+            body: Bytes::copy_from_slice(body),
+        }))
+    }
+
+    const HB: Item = Ok(Decoded::HeartBeat);
+    const MALFORMED: Item = Err(DecodeError::Malformed);
+    const TOO_LARGE: Item = Err(DecodeError::FrameTooLarge);
+    const ALL: [Option<Version>; 4] = [None, Some(Version::V1_0), Some(Version::V1_1), Some(Version::V1_2)];
+
+    #[test]
+    fn simple_frame_every_version() {
+        for v in ALL {
+            check(
+                v,
+                b"SEND\ndestination:/queue/a\ncontent-type:text/plain\n\nhello queue a\n\0",
+                &[frame(
+                    Command::Send,
+                    &[(b"destination", b"/queue/a"), (b"content-type", b"text/plain")],
+                    b"hello queue a\n",
+                )],
+            );
+        }
+    }
+
+    #[test]
+    fn frame_without_headers_and_empty_body() {
+        for v in ALL {
+            check(v, b"DISCONNECT\n\n\0", &[frame(Command::Disconnect, &[], b"")]);
+            check(
+                v,
+                b"SEND\ncontent-length:0\n\n\0",
+                &[frame(Command::Send, &[(b"content-length", b"0")], b"")],
+            );
+        }
+    }
+
+    #[test]
+    fn crlf_in_1_2_and_before_connect() {
+        for v in [None, Some(Version::V1_2)] {
+            check(
+                v,
+                b"SEND\r\ndestination:/queue/a\r\nx:y\r\n\r\nbody\r\n\0",
+                &[frame(Command::Send, &[(b"destination", b"/queue/a"), (b"x", b"y")], b"body\r\n")],
+            );
+        }
+    }
+
+    #[test]
+    fn crlf_in_1_0_and_1_1_keeps_cr_in_the_line() {
+        for v in [Some(Version::V1_0), Some(Version::V1_1)] {
+            // The CR is part of the command line, so the command is unknown.
+            check_rest(v, Limits::default(), b"SEND\r\n\n\0", &[MALFORMED], b"SEND\r\n\n\0");
+            // A CR at the end of a header line is part of the value.
+            check(v, b"SEND\nx:y\r\n\n\0", &[frame(Command::Send, &[(b"x", b"y\r")], b"")]);
+            // "\r" alone is not a blank line but a header line without ':'.
+            check_rest(v, Limits::default(), b"SEND\nx:y\n\r\n\0", &[MALFORMED], b"SEND\nx:y\n\r\n\0");
+        }
+    }
+
+    #[test]
+    fn heart_beats_between_frames_one_per_eol() {
+        for v in ALL {
+            check(
+                v,
+                b"\n\r\n\nSEND\n\nA\0\n\r\nSEND\n\nB\0\n",
+                &[
+                    HB,
+                    HB,
+                    HB,
+                    frame(Command::Send, &[], b"A"),
+                    HB,
+                    HB,
+                    frame(Command::Send, &[], b"B"),
+                    HB,
+                ],
+            );
+        }
+    }
+
+    #[test]
+    fn lone_cr_waits_then_starts_a_frame() {
+        // A CR not followed by LF starts the command line, which is then unknown.
+        check_rest(None, Limits::default(), b"\r", &[], b"\r");
+        check_rest(None, Limits::default(), b"\rSEND\n\n\0", &[MALFORMED], b"\rSEND\n\n\0");
+    }
+
+    #[test]
+    fn content_length_body_with_embedded_nuls() {
+        for v in ALL {
+            check(
+                v,
+                b"SEND\ncontent-length:5\n\na\0b\0c\0",
+                &[frame(Command::Send, &[(b"content-length", b"5")], b"a\0b\0c")],
+            );
+        }
+    }
+
+    #[test]
+    fn content_length_first_wins_and_padding_tolerated() {
+        check(
+            Some(Version::V1_2),
+            b"SEND\ncontent-length:2\ncontent-length:zz\n\n\0\0\0",
+            &[frame(Command::Send, &[(b"content-length", b"2"), (b"content-length", b"zz")], b"\0\0")],
+        );
+        check(
+            Some(Version::V1_0),
+            b"SEND\ncontent-length: 3 \n\nabc\0",
+            &[frame(Command::Send, &[(b"content-length", b" 3 ")], b"abc")],
+        );
+    }
+
+    #[test]
+    fn lying_content_length_is_malformed() {
+        // Stated 3, but byte 3 of the body is 'd', not NUL.
+        let input = b"SEND\ncontent-length:3\n\nabcd\0";
+        check_rest(Some(Version::V1_2), Limits::default(), input, &[MALFORMED], input);
+        // Stated 1 but the body is empty: the NUL is read as body and the next byte is not NUL.
+        let input = b"SEND\ncontent-length:1\n\n\0SEND\n\n\0";
+        check_rest(Some(Version::V1_2), Limits::default(), input, &[MALFORMED], input);
+    }
+
+    #[test]
+    fn non_numeric_content_length_is_malformed() {
+        for bad in [&b"abc"[..], b"", b"-1", b"+1", b"1 2", b"0x10"] {
+            let mut input = b"SEND\ncontent-length:".to_vec();
+            input.extend_from_slice(bad);
+            input.extend_from_slice(b"\n\n\0");
+            check_rest(Some(Version::V1_2), Limits::default(), &input, &[MALFORMED], &input);
+        }
+    }
+
+    #[test]
+    fn content_length_waits_for_body() {
+        // Body not complete yet: nothing decoded, nothing consumed.
+        let input = b"SEND\ncontent-length:10\n\nabc";
+        check_rest(Some(Version::V1_2), Limits::default(), input, &[], input);
+    }
+
+    #[test]
+    fn escapes_1_1() {
+        check(
+            Some(Version::V1_1),
+            b"SEND\na\\cb:x\\ny\\\\z\\c\n\n\0",
+            &[frame(Command::Send, &[(b"a:b", b"x\ny\\z:")], b"")],
+        );
+        // \r is not defined in 1.1.
+        let input = b"SEND\nk:a\\rb\n\n\0";
+        check_rest(Some(Version::V1_1), Limits::default(), input, &[MALFORMED], input);
+    }
+
+    #[test]
+    fn escapes_1_2() {
+        check(
+            Some(Version::V1_2),
+            b"MESSAGE\na\\cb:x\\ny\\\\z\\c\\r\n\n\0",
+            &[frame(Command::Message, &[(b"a:b", b"x\ny\\z:\r")], b"")],
+        );
+    }
+
+    #[test]
+    fn no_unescaping_before_connect_or_in_1_0() {
+        for v in [None, Some(Version::V1_0)] {
+            check(
+                v,
+                b"SEND\nk:a\\cb\\t\\\n\n\0",
+                &[frame(Command::Send, &[(b"k", b"a\\cb\\t\\")], b"")],
+            );
+        }
+    }
+
+    #[test]
+    fn undefined_escape_is_malformed() {
+        for v in [Some(Version::V1_1), Some(Version::V1_2)] {
+            for bad in [&b"SEND\nk:\\t\n\n\0"[..], b"SEND\nk:abc\\\n\n\0", b"SEND\n\\x:v\n\n\0", b"SEND\nk:\\C\n\n\0"] {
+                check_rest(v, Limits::default(), bad, &[MALFORMED], bad);
+            }
+        }
+    }
+
+    #[test]
+    fn connect_headers_are_never_unescaped() {
+        for v in ALL {
+            for cmd in [&b"CONNECT"[..], b"STOMP"] {
+                let mut input = cmd.to_vec();
+                input.extend_from_slice(b"\nlogin:a\\cb\npasscode:p:w\\t\n\n\0");
+                let command = Command::parse(cmd).unwrap();
+                check(v, &input, &[frame(command, &[(b"login", b"a\\cb"), (b"passcode", b"p:w\\t")], b"")]);
+            }
+        }
+    }
+
+    #[test]
+    fn value_splits_at_first_colon() {
+        for v in ALL {
+            check(
+                v,
+                b"SEND\nurl:http://h:1/x\nempty:\n\n\0",
+                &[frame(Command::Send, &[(b"url", b"http://h:1/x"), (b"empty", b"")], b"")],
+            );
+        }
+    }
+
+    #[test]
+    fn header_without_colon_or_name_is_malformed() {
+        for v in ALL {
+            for bad in [&b"SEND\nnocolon\n\n\0"[..], b"SEND\n:value\n\n\0"] {
+                check_rest(v, Limits::default(), bad, &[MALFORMED], bad);
+            }
+        }
+    }
+
+    #[test]
+    fn repeated_headers_kept_in_order() {
+        check(
+            Some(Version::V1_2),
+            b"MESSAGE\nfoo:World\nfoo:Hello\nbar:1\nfoo:x\n\n\0",
+            &[frame(Command::Message, &[(b"foo", b"World"), (b"foo", b"Hello"), (b"bar", b"1"), (b"foo", b"x")], b"")],
+        );
+    }
+
+    #[test]
+    fn multiple_frames_in_one_buffer() {
+        check(
+            Some(Version::V1_2),
+            b"SEND\ndestination:/a\n\none\0SUBSCRIBE\nid:1\ndestination:/b\n\n\0ACK\nid:7\n\n\0",
+            &[
+                frame(Command::Send, &[(b"destination", b"/a")], b"one"),
+                frame(Command::Subscribe, &[(b"id", b"1"), (b"destination", b"/b")], b""),
+                frame(Command::Ack, &[(b"id", b"7")], b""),
+            ],
+        );
+    }
+
+    #[test]
+    fn server_commands_decode_too() {
+        for (name, cmd) in [
+            (&b"CONNECTED"[..], Command::Connected),
+            (b"MESSAGE", Command::Message),
+            (b"RECEIPT", Command::Receipt),
+            (b"ERROR", Command::Error),
+        ] {
+            let mut input = name.to_vec();
+            input.extend_from_slice(b"\n\n\0");
+            check(Some(Version::V1_2), &input, &[frame(cmd, &[], b"")]);
+        }
+    }
+
+    #[test]
+    fn unknown_command_is_malformed() {
+        for v in ALL {
+            for bad in [&b"send\n\n\0"[..], b"GET / HTTP/1.1\n\n\0", b"SENDX\n\n\0", b"SEND \n\n\0"] {
+                check_rest(v, Limits::default(), bad, &[MALFORMED], bad);
+            }
+        }
+        // The command is rejected as soon as its line is complete, before the frame ends.
+        check_rest(None, Limits::default(), b"BOGUS\nk:v\n", &[MALFORMED], b"BOGUS\nk:v\n");
+    }
+
+    #[test]
+    fn frames_after_a_frame_are_not_consumed_early() {
+        // The second frame is left for a later call, after the caller had a chance to
+        // `set_version`.
+        let mut d = Decoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"CONNECT\naccept-version:1.2\n\n\0SEND\nk:a\\cb\n\n\0"[..]);
+        assert_eq!(
+            d.decode(&mut buf),
+            frame(Command::Connect, &[(b"accept-version", b"1.2")], b"").map(Some)
+        );
+        assert_eq!(&buf[..], b"SEND\nk:a\\cb\n\n\0");
+        d.set_version(Version::V1_2);
+        assert_eq!(d.decode(&mut buf), frame(Command::Send, &[(b"k", b"a:b")], b"").map(Some));
+        assert!(buf.is_empty());
+        assert_eq!(d.decode(&mut buf), Ok(None));
+    }
+
+    fn limits(max_header_bytes: usize, max_headers: usize, max_body: usize) -> Limits {
+        Limits { max_header_bytes, max_headers, max_body }
+    }
+
+    #[test]
+    fn header_bytes_limit_is_exact() {
+        // Header block = "SEND\n" + "k:vvvv\n" + "\n" = 5 + 7 + 1 = 13 bytes.
+        let input = b"SEND\nk:vvvv\n\nbody\0";
+        let ok = [frame(Command::Send, &[(b"k", b"vvvv")], b"body")];
+        check_rest(Some(Version::V1_2), limits(13, 128, 1024), input, &ok, b"");
+        check_rest(Some(Version::V1_2), limits(12, 128, 1024), input, &[TOO_LARGE], input);
+    }
+
+    #[test]
+    fn header_bytes_limit_fires_without_a_blank_line() {
+        // A client that never ends its headers is refused once the limit is passed, not
+        // buffered forever. No LF at all (one endless command line) is caught the same way.
+        let mut endless = b"SEND\n".to_vec();
+        endless.extend(std::iter::repeat(b'x').take(100));
+        check_rest(Some(Version::V1_2), limits(64, 128, 1024), &endless, &[TOO_LARGE], &endless);
+        let no_lf = vec![b'A'; 100];
+        check_rest(None, limits(64, 128, 1024), &no_lf, &[TOO_LARGE], &no_lf);
+    }
+
+    #[test]
+    fn header_count_limit() {
+        let input = b"SEND\na:1\nb:2\nc:3\n\n\0";
+        let ok = [frame(Command::Send, &[(b"a", b"1"), (b"b", b"2"), (b"c", b"3")], b"")];
+        check_rest(Some(Version::V1_2), limits(1024, 3, 1024), input, &ok, b"");
+        check_rest(Some(Version::V1_2), limits(1024, 2, 1024), input, &[TOO_LARGE], input);
+    }
+
+    #[test]
+    fn body_limit_with_content_length() {
+        let input = b"SEND\ncontent-length:4\n\nabcd\0";
+        let ok = [frame(Command::Send, &[(b"content-length", b"4")], b"abcd")];
+        check_rest(Some(Version::V1_2), limits(1024, 128, 4), input, &ok, b"");
+        check_rest(Some(Version::V1_2), limits(1024, 128, 3), input, &[TOO_LARGE], input);
+        // Refused as soon as the header is parsed: no body byte needs to arrive.
+        let head_only = b"SEND\ncontent-length:999999999999\n";
+        check_rest(Some(Version::V1_2), limits(1024, 128, 1 << 20), head_only, &[TOO_LARGE], head_only);
+        // A length that overflows usize is numeric, just too large.
+        let huge = b"SEND\ncontent-length:99999999999999999999999999\n\n";
+        check_rest(Some(Version::V1_2), limits(1024, 128, 1 << 20), huge, &[TOO_LARGE], huge);
+    }
+
+    #[test]
+    fn body_limit_without_content_length() {
+        let input = b"SEND\n\nabcd\0";
+        let ok = [frame(Command::Send, &[], b"abcd")];
+        check_rest(Some(Version::V1_2), limits(1024, 128, 4), input, &ok, b"");
+        check_rest(Some(Version::V1_2), limits(1024, 128, 3), input, &[TOO_LARGE], input);
+        // Detected while the NUL has not arrived yet.
+        let open = b"SEND\n\nabcdefgh";
+        check_rest(Some(Version::V1_2), limits(1024, 128, 3), open, &[TOO_LARGE], open);
+    }
+
+    #[test]
+    fn error_is_repeatable_and_does_not_consume() {
+        let mut d = Decoder::new(Limits::default());
+        d.set_version(Version::V1_2);
+        let mut buf = BytesMut::from(&b"SEND\nk:\\t\n\n\0"[..]);
+        assert_eq!(d.decode(&mut buf), Err(DecodeError::Malformed));
+        assert_eq!(d.decode(&mut buf), Err(DecodeError::Malformed));
+        assert_eq!(&buf[..], b"SEND\nk:\\t\n\n\0");
+    }
+
+    #[test]
+    fn shrunk_buffer_restarts_instead_of_panicking() {
+        let mut d = Decoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"SEND\nkey:value-not-finished"[..]);
+        assert_eq!(d.decode(&mut buf), Ok(None));
+        buf.clear();
+        buf.extend_from_slice(b"ACK\n\n\0");
+        assert_eq!(d.decode(&mut buf), frame(Command::Ack, &[], b"").map(Some));
+    }
+
+    #[test]
+    fn headers_and_body_share_the_read_buffer() {
+        // Zero-copy: unescaped headers and the body point into the frame's own bytes.
+        let mut d = Decoder::new(Limits::default());
+        d.set_version(Version::V1_2);
+        let mut buf = BytesMut::from(&b"SEND\nplain:value\nesc:a\\cb\n\nthe body\0"[..]);
+        let start = buf.as_ptr() as usize;
+        let end = start + buf.len();
+        let Ok(Some(Decoded::Frame(f))) = d.decode(&mut buf) else { panic!("no frame") };
+        let inside = |b: &Bytes| (start..end).contains(&(b.as_ptr() as usize));
+        assert!(inside(&f.body));
+        assert!(inside(&f.headers.0[0].0) && inside(&f.headers.0[0].1));
+        assert!(inside(&f.headers.0[1].0));
+        assert!(!inside(&f.headers.0[1].1), "an unescaped value is a copy");
+        assert_eq!(f.headers.0[1].1.as_ref(), b"a:b");
+    }
+
+    /// Feeds `input` one byte at a time and returns (frames decoded, bytes examined).
+    fn examined_one_byte_at_a_time(input: &[u8], version: Version) -> (usize, usize) {
+        let mut d = Decoder::new(limits(1 << 20, 128, 1 << 24));
+        d.set_version(version);
+        let mut buf = BytesMut::new();
+        let mut frames = 0;
+        for &b in input {
+            buf.extend_from_slice(&[b]);
+            while let Some(item) = d.decode(&mut buf).expect("valid input") {
+                if matches!(item, Decoded::Frame(_)) {
+                    frames += 1;
+                }
+            }
+        }
+        (frames, d.examined)
+    }
+
+    #[test]
+    fn scan_position_is_kept_across_reads() {
+        // A 1 MiB NUL-terminated body and a 60 KiB header line, fed one byte per read: each
+        // byte is examined once, not once per read (which would be ~5 * 10^11 for the body).
+        let mut input = b"SEND\nlong:".to_vec();
+        input.extend(std::iter::repeat(b'h').take(60 * 1024));
+        input.extend_from_slice(b"\n\n");
+        input.extend(std::iter::repeat(b'b').take(1 << 20));
+        input.push(0);
+        let started = std::time::Instant::now();
+        let (frames, examined) = examined_one_byte_at_a_time(&input, Version::V1_2);
+        assert_eq!(frames, 1);
+        assert_eq!(examined, input.len());
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "took {:?}", started.elapsed());
+    }
+
+    #[test]
+    fn content_length_body_is_not_scanned() {
+        let body = vec![7u8; 1 << 20];
+        let mut input = format!("SEND\ncontent-length:{}\n\n", body.len()).into_bytes();
+        let head = input.len();
+        input.extend_from_slice(&body);
+        input.push(0);
+        let (frames, examined) = examined_one_byte_at_a_time(&input, Version::V1_2);
+        assert_eq!(frames, 1);
+        assert_eq!(examined, head);
     }
 }

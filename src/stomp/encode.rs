@@ -1,11 +1,27 @@
 //! Frame writer: appends one server frame to an output buffer, escaping per version and
 //! dropping headers the negotiated version cannot represent (seed 000's table).
+//!
+//! | version | dropped on egress                              | escaped            |
+//! |---------|------------------------------------------------|--------------------|
+//! | 1.0     | `:`, CR or LF in a name; CR or LF in a value   | nothing            |
+//! | 1.1     | CR anywhere (1.1 has no escape for it)         | `\\` `\n` `:`      |
+//! | 1.2     | nothing                                        | `\\` `\n` `:` `\r` |
+//!
+//! CONNECTED (and CONNECT/STOMP) headers are never escaped (spec 1.2 "Value Encoding"), so
+//! they follow the 1.0 row whatever the version: written raw, and a header whose raw bytes
+//! would break the frame is dropped rather than corrupting it.
+//!
+//! The writer appends straight into the caller's `BytesMut`; nothing is staged elsewhere. A
+//! `FrameWriter` dropped without `finish` leaves a partial frame in the buffer, so always
+//! finish it (or truncate the buffer back).
 use super::frame::{Command, Version};
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
+use memchr::{memchr, memchr2, memchr3};
 
 pub struct FrameWriter<'a> {
     buf: &'a mut BytesMut,
     version: Version,
+    /// `false` for CONNECT/STOMP/CONNECTED, whose headers are written raw.
     escape: bool,
     dropped: u32,
 }
@@ -13,19 +29,192 @@ pub struct FrameWriter<'a> {
 impl<'a> FrameWriter<'a> {
     /// Starts a frame: writes the command line.
     pub fn begin(buf: &'a mut BytesMut, version: Version, command: Command) -> Self {
-        let _ = command;
-        FrameWriter { buf, version, escape: true, dropped: 0 }
+        buf.extend_from_slice(command.as_str().as_bytes());
+        buf.put_u8(b'\n');
+        FrameWriter { buf, version, escape: command.escapes_headers(), dropped: 0 }
     }
+
     /// Appends one header, escaped for the version; drops it (and counts the drop) if the
-    /// version cannot represent it. The caller never writes `content-length`.
+    /// version cannot represent it. The caller never writes `content-length`: one passed here
+    /// is ignored (not written, not counted), because `finish` stamps the true length.
     pub fn header(&mut self, name: &[u8], value: &[u8]) {
-        let _ = (name, value, &self.buf, self.version, self.escape);
-        todo!("codec helper")
+        if name == b"content-length" {
+            return;
+        }
+        match (self.escape, self.version) {
+            (false, _) | (true, Version::V1_0) => {
+                // Unescaped: a raw LF would end the line, a CR would be read as part of the EOL
+                // by 1.2 parsers, and a ':' in a name would move the name/value split.
+                if memchr3(b':', b'\r', b'\n', name).is_some() || memchr2(b'\r', b'\n', value).is_some() {
+                    self.dropped += 1;
+                    return;
+                }
+                self.buf.reserve(name.len() + value.len() + 2);
+                self.buf.extend_from_slice(name);
+                self.buf.put_u8(b':');
+                self.buf.extend_from_slice(value);
+            }
+            (true, Version::V1_1) => {
+                if memchr(b'\r', name).is_some() || memchr(b'\r', value).is_some() {
+                    self.dropped += 1;
+                    return;
+                }
+                self.put_escaped(name);
+                self.buf.put_u8(b':');
+                self.put_escaped(value);
+            }
+            (true, Version::V1_2) => {
+                self.put_escaped(name);
+                self.buf.put_u8(b':');
+                self.put_escaped(value);
+            }
+        }
+        self.buf.put_u8(b'\n');
     }
+
     /// Stamps `content-length`, the blank line, the body and the NUL. Returns the number of
     /// headers dropped as unrepresentable.
     pub fn finish(self, body: &[u8]) -> u32 {
-        let _ = body;
+        let mut digits = itoa::Buffer::new();
+        let len = digits.format(body.len());
+        self.buf.reserve(b"content-length:".len() + len.len() + 2 + body.len() + 1);
+        self.buf.extend_from_slice(b"content-length:");
+        self.buf.extend_from_slice(len.as_bytes());
+        self.buf.extend_from_slice(b"\n\n");
+        self.buf.extend_from_slice(body);
+        self.buf.put_u8(0);
         self.dropped
+    }
+
+    /// Writes `s` with the 1.1/1.2 escapes. A CR only reaches here in 1.2 (1.1 dropped it).
+    fn put_escaped(&mut self, s: &[u8]) {
+        self.buf.reserve(s.len());
+        let mut run_start = 0;
+        for (i, &b) in s.iter().enumerate() {
+            let escaped: &[u8] = match b {
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b':' => b"\\c",
+                b'\r' => b"\\r",
+                _ => continue,
+            };
+            self.buf.extend_from_slice(&s[run_start..i]);
+            self.buf.extend_from_slice(escaped);
+            run_start = i + 1;
+        }
+        self.buf.extend_from_slice(&s[run_start..]);
+    }
+}
+
+/// Writes one whole frame: `begin`, every header in order, `finish`. Returns the number of
+/// headers dropped as unrepresentable for `version`.
+pub fn encode_frame(
+    buf: &mut BytesMut,
+    version: Version,
+    command: Command,
+    headers: &[(&[u8], &[u8])],
+    body: &[u8],
+) -> u32 {
+    let mut w = FrameWriter::begin(buf, version, command);
+    for (name, value) in headers {
+        w.header(name, value);
+    }
+    w.finish(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(version: Version, command: Command, headers: &[(&[u8], &[u8])], body: &[u8]) -> (Vec<u8>, u32) {
+        let mut buf = BytesMut::new();
+        let dropped = encode_frame(&mut buf, version, command, headers, body);
+        (buf.to_vec(), dropped)
+    }
+
+    /// One header set that exercises every special byte.
+    const TRICKY: &[(&[u8], &[u8])] = &[
+        (b"destination", b"/topic/a"),
+        (b"url", b"http://h:1/x"),
+        (b"back\\slash", b"a\\b"),
+        (b"multi", b"line1\nline2"),
+        (b"cr", b"a\rb"),
+        (b"na:me", b"v"),
+        (b"crname\r", b"v"),
+        (b"lfname\n", b"v"),
+    ];
+
+    #[test]
+    fn v1_0_drops_unrepresentable_and_escapes_nothing() {
+        let (bytes, dropped) = encode(Version::V1_0, Command::Message, TRICKY, b"hi");
+        assert_eq!(
+            bytes,
+            b"MESSAGE\ndestination:/topic/a\nurl:http://h:1/x\nback\\slash:a\\b\ncontent-length:2\n\nhi\0"
+        );
+        // multi (LF in value), cr (CR in value), na:me, crname, lfname.
+        assert_eq!(dropped, 5);
+    }
+
+    #[test]
+    fn v1_1_drops_cr_and_escapes_the_rest() {
+        let (bytes, dropped) = encode(Version::V1_1, Command::Message, TRICKY, b"hi");
+        assert_eq!(
+            bytes,
+            &b"MESSAGE\ndestination:/topic/a\nurl:http\\c//h\\c1/x\nback\\\\slash:a\\\\b\n\
+               multi:line1\\nline2\nna\\cme:v\nlfname\\n:v\ncontent-length:2\n\nhi\0"[..]
+        );
+        // cr (CR in value), crname (CR in name).
+        assert_eq!(dropped, 2);
+    }
+
+    #[test]
+    fn v1_2_escapes_everything_and_never_drops() {
+        let (bytes, dropped) = encode(Version::V1_2, Command::Message, TRICKY, b"hi");
+        assert_eq!(
+            bytes,
+            &b"MESSAGE\ndestination:/topic/a\nurl:http\\c//h\\c1/x\nback\\\\slash:a\\\\b\n\
+               multi:line1\\nline2\ncr:a\\rb\nna\\cme:v\ncrname\\r:v\nlfname\\n:v\n\
+               content-length:2\n\nhi\0"[..]
+        );
+        assert_eq!(dropped, 0);
+    }
+
+    #[test]
+    fn content_length_always_stamped_and_caller_copy_ignored() {
+        for v in [Version::V1_0, Version::V1_1, Version::V1_2] {
+            let (bytes, dropped) =
+                encode(v, Command::Message, &[(b"content-length", b"999"), (b"k", b"v")], b"a\0b");
+            assert_eq!(bytes, b"MESSAGE\nk:v\ncontent-length:3\n\na\0b\0");
+            assert_eq!(dropped, 0);
+            let (bytes, _) = encode(v, Command::Receipt, &[(b"receipt-id", b"7")], b"");
+            assert_eq!(bytes, b"RECEIPT\nreceipt-id:7\ncontent-length:0\n\n\0");
+        }
+    }
+
+    #[test]
+    fn connected_is_not_escaped() {
+        for v in [Version::V1_1, Version::V1_2] {
+            let (bytes, dropped) = encode(
+                v,
+                Command::Connected,
+                &[(b"version", v.as_str().as_bytes()), (b"server", b"stompgate/0.1 a:b\\c"), (b"bad", b"x\ny")],
+                b"",
+            );
+            let mut expected = b"CONNECTED\nversion:".to_vec();
+            expected.extend_from_slice(v.as_str().as_bytes());
+            expected.extend_from_slice(b"\nserver:stompgate/0.1 a:b\\c\ncontent-length:0\n\n\0");
+            assert_eq!(bytes, expected);
+            // A raw LF would break the frame; it is dropped, not written.
+            assert_eq!(dropped, 1);
+        }
+    }
+
+    #[test]
+    fn appends_after_existing_bytes() {
+        let mut buf = BytesMut::from(&b"ERROR\n\n\0"[..]);
+        let mut w = FrameWriter::begin(&mut buf, Version::V1_2, Command::Error);
+        w.header(b"message", b"frame too large");
+        assert_eq!(w.finish(b""), 0);
+        assert_eq!(&buf[..], b"ERROR\n\n\0ERROR\nmessage:frame too large\ncontent-length:0\n\n\0");
     }
 }

@@ -1,0 +1,217 @@
+//! Commands / Queries on the owner core: responders attached to a channel, requests waiting for
+//! their answer, and timeouts. STOMP is requester-only (seed 003); responders attach through
+//! the array API (`CoreMsg::RegisterResponder`), which the gRPC side uses.
+use super::Outbox;
+use crate::model::{Channel, Pattern};
+use crate::runtime::msg::{CoreMsg, ResponderFn, RpcOutcome, RpcRequest};
+use ahash::AHashMap;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+struct Responder {
+    id: u64,
+    #[allow(dead_code)] // groups matter once several responder groups share a channel (gRPC)
+    group: Option<Bytes>,
+    handle: ResponderFn,
+}
+
+#[derive(Default)]
+struct ChannelResponders {
+    list: Vec<Responder>,
+    turn: usize,
+}
+
+struct Pending {
+    req: RpcRequest,
+    deadline: Instant,
+}
+
+#[derive(Default)]
+pub struct Rpc {
+    responders: AHashMap<(Pattern, Channel), ChannelResponders>,
+    pending: AHashMap<Bytes, Pending>,
+    /// Deadlines in order; an entry whose request was answered is skipped on expiry.
+    by_deadline: BTreeMap<(Instant, u64), Bytes>,
+    seq: u64,
+}
+
+impl Rpc {
+    pub fn register(&mut self, pattern: Pattern, channel: Channel, id: u64, group: Option<Bytes>, handle: ResponderFn) {
+        let entry = self.responders.entry((pattern, channel)).or_default();
+        entry.list.retain(|r| r.id != id);
+        entry.list.push(Responder { id, group, handle });
+    }
+
+    pub fn unregister(&mut self, pattern: Pattern, channel: &Channel, id: u64) {
+        let key = (pattern, channel.clone());
+        if let Some(e) = self.responders.get_mut(&key) {
+            e.list.retain(|r| r.id != id);
+            if e.list.is_empty() {
+                self.responders.remove(&key);
+            }
+        }
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Hands the request to one responder (round robin; a responder whose queue is gone is
+    /// dropped and the next one tried). No responder → `no-responder` at once.
+    pub fn request(&mut self, req: RpcRequest, now: Instant, out: &mut Outbox) {
+        let key = (req.pattern, req.msg.channel.clone());
+        let mut handed = false;
+        if let Some(e) = self.responders.get_mut(&key) {
+            while !e.list.is_empty() {
+                let i = e.turn % e.list.len();
+                if (e.list[i].handle)(&req) {
+                    e.turn = i + 1;
+                    handed = true;
+                    break;
+                }
+                e.list.remove(i);
+            }
+            if e.list.is_empty() {
+                self.responders.remove(&key);
+            }
+        }
+        if !handed {
+            out.push(reply(&req, RpcOutcome::NoResponder));
+            return;
+        }
+        let deadline = now + Duration::from_millis(req.timeout_ms);
+        self.seq += 1;
+        self.by_deadline.insert((deadline, self.seq), req.request_id.clone());
+        self.pending.insert(req.request_id.clone(), Pending { req, deadline });
+    }
+
+    /// A responder's answer. A late or unknown answer is dropped (the requester already got
+    /// `timeout`).
+    pub fn respond(&mut self, request_id: &[u8], outcome: RpcOutcome, out: &mut Outbox) -> bool {
+        match self.pending.remove(request_id) {
+            Some(p) => {
+                out.push(reply(&p.req, outcome));
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn expire(&mut self, now: Instant, out: &mut Outbox) {
+        while let Some((&(deadline, seq), _)) = self.by_deadline.iter().next() {
+            if deadline > now {
+                break;
+            }
+            let id = self.by_deadline.remove(&(deadline, seq)).expect("just seen");
+            if let Some(p) = self.pending.get(&id) {
+                if p.deadline <= now {
+                    let p = self.pending.remove(&id).expect("just seen");
+                    out.push(reply(&p.req, RpcOutcome::Timeout));
+                }
+            }
+        }
+    }
+}
+
+fn reply(req: &RpcRequest, outcome: RpcOutcome) -> (usize, CoreMsg) {
+    (
+        req.reply_to.core,
+        CoreMsg::RpcReply { reply_to: req.reply_to, pattern: req.pattern, correlation_id: req.correlation_id.clone(), outcome: Box::new(outcome) },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Message;
+    use crate::runtime::msg::{ConnId, SubRef};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    fn req(id: &'static str, timeout_ms: u64) -> RpcRequest {
+        RpcRequest {
+            pattern: Pattern::Commands,
+            request_id: Bytes::from_static(id.as_bytes()),
+            msg: Arc::new(Message {
+                id: Bytes::from_static(id.as_bytes()),
+                channel: Channel::from_static("svc"),
+                client_id: Bytes::new(),
+                metadata: Bytes::new(),
+                body: Bytes::from_static(b"do"),
+                tags: Default::default(),
+                timestamp_ns: 0,
+                sequence: 0,
+            }),
+            timeout_ms,
+            reply_to: SubRef { core: 1, conn: ConnId(7), sub: 3 },
+            correlation_id: Some(Bytes::from_static(b"c1")),
+        }
+    }
+    fn outcome(out: &Outbox) -> Vec<RpcOutcome> {
+        out.iter()
+            .map(|(core, m)| match m {
+                CoreMsg::RpcReply { outcome, reply_to, correlation_id, .. } => {
+                    assert_eq!(*core, 1);
+                    assert_eq!(reply_to.sub, 3);
+                    assert_eq!(correlation_id.as_deref(), Some(&b"c1"[..]));
+                    (**outcome).clone()
+                }
+                _ => panic!(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn no_responder_answers_at_once() {
+        let mut rpc = Rpc::default();
+        let mut out = Outbox::new();
+        rpc.request(req("r1", 1000), Instant::now(), &mut out);
+        assert_eq!(outcome(&out), vec![RpcOutcome::NoResponder]);
+        assert_eq!(rpc.pending(), 0);
+    }
+
+    #[test]
+    fn responder_gets_request_and_answer_reaches_requester() {
+        let mut rpc = Rpc::default();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, Arc::new(move |_r: &RpcRequest| {
+            s.fetch_add(1, Ordering::SeqCst);
+            true
+        }));
+        let mut out = Outbox::new();
+        rpc.request(req("r1", 1000), Instant::now(), &mut out);
+        assert!(out.is_empty());
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        let answer = RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from_static(b"ok"), tags: Default::default() };
+        assert!(rpc.respond(b"r1", answer.clone(), &mut out));
+        assert_eq!(outcome(&out), vec![answer]);
+        // a second (late) answer is dropped
+        assert!(!rpc.respond(b"r1", RpcOutcome::Timeout, &mut out));
+    }
+
+    #[test]
+    fn unanswered_request_times_out() {
+        let mut rpc = Rpc::default();
+        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, Arc::new(|_r: &RpcRequest| true));
+        let t0 = Instant::now();
+        let mut out = Outbox::new();
+        rpc.request(req("r1", 500), t0, &mut out);
+        rpc.expire(t0 + Duration::from_millis(499), &mut out);
+        assert!(out.is_empty());
+        rpc.expire(t0 + Duration::from_millis(500), &mut out);
+        assert_eq!(outcome(&out), vec![RpcOutcome::Timeout]);
+        assert_eq!(rpc.pending(), 0);
+    }
+
+    #[test]
+    fn gone_responder_is_dropped() {
+        let mut rpc = Rpc::default();
+        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, Arc::new(|_r: &RpcRequest| false));
+        let mut out = Outbox::new();
+        rpc.request(req("r1", 500), Instant::now(), &mut out);
+        assert_eq!(outcome(&out), vec![RpcOutcome::NoResponder]);
+        assert!(rpc.responders.is_empty());
+    }
+}

@@ -1,0 +1,320 @@
+//! One core: its connections, its array shard, and its end of the channel mesh. Everything
+//! here is owned by one executor thread; `RefCell` borrows are never held across `.await`.
+use super::msg::{ConnId, CoreId, CoreMsg, Ticket};
+use crate::array::{Outbox, Shard};
+use crate::config::Config;
+use crate::conn::Conn;
+use crate::model::now_unix_ns;
+use crate::model::Pattern;
+use ahash::AHashMap;
+use glommio::channels::channel_mesh::Senders;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Process-wide state shared by all cores (read-mostly; touched on connect/close only).
+#[derive(Default)]
+pub struct Shared {
+    pub shutdown: Arc<AtomicBool>,
+    pub connections: AtomicUsize,
+}
+
+impl Shared {
+    /// The flag a signal handler sets to ask for a graceful stop.
+    pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.shutdown)
+    }
+}
+
+/// Per-core counters (plain cells: only this core writes them).
+#[derive(Default, Debug)]
+pub struct Metrics {
+    pub connections_accepted: Cell<u64>,
+    pub frames_in: Cell<u64>,
+    pub messages_delivered: Cell<u64>,
+    /// Events/Events-Store deliveries dropped because the subscriber's buffer was full.
+    pub deliveries_dropped: Cell<u64>,
+    /// Events dropped because a peer core's ring was full.
+    pub mesh_events_dropped: Cell<u64>,
+    /// Headers dropped on egress as unrepresentable in the negotiated version (seed 000).
+    pub headers_dropped: Cell<u64>,
+}
+
+impl Metrics {
+    pub fn add(cell: &Cell<u64>, n: u64) {
+        cell.set(cell.get().wrapping_add(n));
+    }
+}
+
+/// How many messages may wait in one peer's overflow queue before connection readers on this
+/// core pause (back-pressure onto the clients that produce them).
+pub const OVERFLOW_PAUSE: usize = 4096;
+
+pub struct Core {
+    pub id: CoreId,
+    pub cores: usize,
+    pub cfg: Arc<Config>,
+    pub shared: Arc<Shared>,
+    pub metrics: Metrics,
+    pub started: Instant,
+    senders: Senders<CoreMsg>,
+    /// Per peer: messages that found the ring full, in order; a flusher task drains them.
+    overflow: RefCell<Vec<VecDeque<CoreMsg>>>,
+    flushing: Vec<Cell<bool>>,
+    /// Messages addressed to this core itself; drained by `drain_local`.
+    local: RefCell<VecDeque<CoreMsg>>,
+    draining: Cell<bool>,
+    pub shard: RefCell<Shard>,
+    pub conns: RefCell<AHashMap<ConnId, Rc<Conn>>>,
+    next_conn: Cell<u64>,
+    next_id: Cell<u64>,
+    pub stopping: super::event::LocalEvent,
+}
+
+impl Core {
+    pub fn new(id: CoreId, cores: usize, cfg: Arc<Config>, shared: Arc<Shared>, senders: Senders<CoreMsg>) -> Rc<Core> {
+        let ack_timeout = std::time::Duration::from_secs(cfg.queue_ack_timeout_s);
+        Rc::new(Core {
+            id,
+            cores,
+            cfg,
+            shared,
+            metrics: Metrics::default(),
+            started: Instant::now(),
+            senders,
+            overflow: RefCell::new((0..cores).map(|_| VecDeque::new()).collect()),
+            flushing: (0..cores).map(|_| Cell::new(false)).collect(),
+            local: RefCell::new(VecDeque::new()),
+            draining: Cell::new(false),
+            shard: RefCell::new(Shard::new(id, ack_timeout)),
+            conns: RefCell::new(AHashMap::new()),
+            next_conn: Cell::new(1),
+            next_id: Cell::new(1),
+            stopping: Default::default(),
+        })
+    }
+
+    pub fn new_conn_id(&self) -> ConnId {
+        let id = self.next_conn.get();
+        self.next_conn.set(id + 1);
+        ConnId(id)
+    }
+
+    /// A process-unique message id: `<core>-<n>` in hex.
+    pub fn new_message_id(&self) -> bytes::Bytes {
+        let n = self.next_id.get();
+        self.next_id.set(n + 1);
+        bytes::Bytes::from(format!("{:x}-{:x}", self.id, n))
+    }
+
+    pub fn owner_of(&self, pattern: Pattern, channel: &crate::model::Channel) -> CoreId {
+        crate::array::owner_of(pattern, channel, self.cores)
+    }
+
+    /// Sends `msg` to core `to` (itself included), never dropping it: when the peer's ring
+    /// is full it waits, in order, in that peer's overflow queue.
+    pub fn dispatch(self: &Rc<Self>, to: CoreId, msg: CoreMsg) {
+        if to == self.id {
+            self.local.borrow_mut().push_back(msg);
+            return;
+        }
+        let mut overflow = self.overflow.borrow_mut();
+        if overflow[to].is_empty() {
+            match self.senders.try_send_to(to, msg) {
+                Ok(()) => return,
+                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => overflow[to].push_back(msg),
+                // The peer has stopped (shutdown): nothing left to deliver to.
+                Err(_) => return,
+            }
+        } else {
+            overflow[to].push_back(msg);
+        }
+        drop(overflow);
+        self.start_flusher(to);
+    }
+
+    /// Sends an events delivery; if the peer's ring (or its overflow) is full the delivery is
+    /// dropped and counted — events are at-most-once and must not build unbounded queues.
+    pub fn dispatch_lossy(self: &Rc<Self>, to: CoreId, msg: CoreMsg) {
+        if to == self.id {
+            self.local.borrow_mut().push_back(msg);
+            return;
+        }
+        if !self.overflow.borrow()[to].is_empty() || self.senders.try_send_to(to, msg).is_err() {
+            Metrics::add(&self.metrics.mesh_events_dropped, 1);
+        }
+    }
+
+    pub fn dispatch_all(self: &Rc<Self>, out: &mut Outbox) {
+        for (to, msg) in out.drain(..) {
+            match msg {
+                m @ CoreMsg::Deliver { .. } => self.dispatch_lossy(to, m),
+                m => self.dispatch(to, m),
+            }
+        }
+    }
+
+    fn start_flusher(self: &Rc<Self>, to: CoreId) {
+        if self.flushing[to].replace(true) {
+            return;
+        }
+        let core = Rc::clone(self);
+        glommio::spawn_local(async move {
+            loop {
+                let next = core.overflow.borrow_mut()[to].pop_front();
+                let Some(msg) = next else { break };
+                if core.senders.send_to(to, msg).await.is_err() {
+                    core.overflow.borrow_mut()[to].clear();
+                    break;
+                }
+            }
+            core.flushing[to].set(false);
+        })
+        .detach();
+    }
+
+    /// Longest overflow queue: readers pause while it is over `OVERFLOW_PAUSE`.
+    pub fn overflow_len(&self) -> usize {
+        self.overflow.borrow().iter().map(VecDeque::len).max().unwrap_or(0)
+    }
+
+    /// Handles every message addressed to this core itself, including ones that handling
+    /// produces. Re-entrant calls return at once: the outer loop picks their work up.
+    pub fn drain_local(self: &Rc<Self>) {
+        if self.draining.replace(true) {
+            return;
+        }
+        loop {
+            let next = self.local.borrow_mut().pop_front();
+            match next {
+                Some(msg) => self.handle(msg),
+                None => break,
+            }
+        }
+        self.draining.set(false);
+    }
+
+    /// Handles one message (from the mesh or from this core).
+    pub fn handle(self: &Rc<Self>, msg: CoreMsg) {
+        let mut out = Outbox::new();
+        let now = Instant::now();
+        match msg {
+            CoreMsg::Publish { pattern, msg, done } => {
+                let mut shard = self.shard.borrow_mut();
+                match pattern {
+                    Pattern::EventsStore => {
+                        shard.store.publish(msg, now_unix_ns(), self.cores, &mut out);
+                    }
+                    _ => shard.events.publish(Pattern::Events, &msg, self.cores, &mut out),
+                }
+                drop(shard);
+                if let Some(t) = done {
+                    out.push((t.core, CoreMsg::Done(t)));
+                }
+            }
+            CoreMsg::QueueSend { msg, done } => {
+                self.shard.borrow_mut().queues.send(msg, now, &mut out);
+                if let Some(t) = done {
+                    out.push((t.core, CoreMsg::Done(t)));
+                }
+            }
+            CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch, done } => {
+                let mut shard = self.shard.borrow_mut();
+                let interest = crate::array::events::Interest { sub, group };
+                match pattern {
+                    Pattern::Events => shard.events.subscribe(channel, wildcard, interest),
+                    Pattern::EventsStore => shard.store.subscribe(channel, interest, start, now_unix_ns(), &mut out),
+                    Pattern::Queues => shard.queues.subscribe(channel, sub, prefetch, now, &mut out),
+                    _ => {}
+                }
+                drop(shard);
+                if let Some(t) = done {
+                    out.push((t.core, CoreMsg::Done(t)));
+                }
+            }
+            CoreMsg::Unsubscribe { pattern, channel, wildcard, sub, done } => {
+                let mut shard = self.shard.borrow_mut();
+                match pattern {
+                    Pattern::Events => shard.events.unsubscribe(&channel, wildcard, sub),
+                    Pattern::EventsStore => shard.store.unsubscribe(&channel, sub),
+                    Pattern::Queues => shard.queues.unsubscribe(&channel, sub, now, &mut out),
+                    _ => {}
+                }
+                drop(shard);
+                if let Some(t) = done {
+                    out.push((t.core, CoreMsg::Done(t)));
+                }
+            }
+            CoreMsg::QueueSettle { channel, sub, tags, requeue, done } => {
+                self.shard.borrow_mut().queues.settle(&channel, sub, &tags, requeue, now, &mut out);
+                if let Some(t) = done {
+                    out.push((t.core, CoreMsg::Done(t)));
+                }
+            }
+            CoreMsg::RpcRequest(req) => self.shard.borrow_mut().rpc.request(*req, now, &mut out),
+            CoreMsg::RpcResponse { request_id, outcome, .. } => {
+                self.shard.borrow_mut().rpc.respond(&request_id, *outcome, &mut out);
+            }
+            CoreMsg::RegisterResponder { pattern, channel, responder_id, group, responder } => {
+                self.shard.borrow_mut().rpc.register(pattern, channel, responder_id, group, responder)
+            }
+            CoreMsg::UnregisterResponder { pattern, channel, responder_id } => {
+                self.shard.borrow_mut().rpc.unregister(pattern, &channel, responder_id)
+            }
+            CoreMsg::Barrier(t) => out.push((t.core, CoreMsg::Done(t))),
+            CoreMsg::Deliver { pattern, msg, subs } => {
+                let conns = self.conns.borrow();
+                for sub in subs {
+                    if let Some(conn) = conns.get(&sub.conn) {
+                        conn.deliver_event(self, pattern, &msg, sub.sub);
+                    }
+                }
+            }
+            CoreMsg::QueueDeliver { sub, owner, tag, msg, redelivered } => {
+                let conn = self.conns.borrow().get(&sub.conn).cloned();
+                match conn {
+                    Some(conn) if conn.deliver_queue(self, &msg, sub.sub, owner, tag, redelivered) => {}
+                    // The consumer is gone or no longer subscribed: give the message back.
+                    _ => out.push((owner, CoreMsg::QueueSettle { channel: msg.channel.clone(), sub, tags: vec![tag], requeue: true, done: None })),
+                }
+            }
+            CoreMsg::RpcReply { reply_to, pattern, correlation_id, outcome } => {
+                let conn = self.conns.borrow().get(&reply_to.conn).cloned();
+                if let Some(conn) = conn {
+                    conn.deliver_rpc_reply(self, reply_to.sub, pattern, correlation_id, *outcome);
+                }
+            }
+            CoreMsg::Done(t) => {
+                let conn = self.conns.borrow().get(&t.conn).cloned();
+                if let Some(conn) = conn {
+                    conn.ticket_done(self, t.token);
+                }
+            }
+        }
+        self.dispatch_all(&mut out);
+    }
+
+    /// Periodic work: queue ack timeouts, RPC timeouts, heart-beats.
+    pub fn tick(self: &Rc<Self>) {
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        {
+            let mut shard = self.shard.borrow_mut();
+            shard.queues.expire(now, &mut out);
+            shard.rpc.expire(now, &mut out);
+        }
+        self.dispatch_all(&mut out);
+        let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
+        for conn in conns {
+            conn.heartbeat_tick(now);
+        }
+        self.drain_local();
+    }
+
+    pub fn ticket(&self, conn: ConnId, token: u64) -> Ticket {
+        Ticket { core: self.id, conn, token }
+    }
+}

@@ -1,0 +1,293 @@
+//! The thread-per-core runtime: one pinned glommio executor per chosen CPU, each with its own
+//! SO_REUSEPORT listener on the STOMP address, its connections and its array shard; the cores
+//! talk through glommio's channel mesh.
+//!
+//! Why glommio's mesh for the cores: it is a full mesh of bounded single-producer /
+//! single-consumer rings (lock-free), and a receiver parked in its executor is woken through
+//! io_uring (eventfd), so an idle core sleeps instead of polling. crossbeam-channel would need
+//! a blocking receive or polling on the executor thread.
+pub mod core;
+pub mod event;
+pub mod msg;
+
+use crate::config::Config;
+use crate::conn;
+use self::core::{Core, Shared};
+use self::msg::CoreMsg;
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Capacity of each core→core ring.
+const MESH_RING: usize = 8192;
+/// Housekeeping period: heart-beats, ack and RPC timeouts, shutdown check.
+const TICK: Duration = Duration::from_millis(100);
+/// How long a shutting-down core waits for its connections to flush the ERROR frame.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// A running gateway.
+pub struct Server {
+    stomp_addr: SocketAddr,
+    shared: Arc<Shared>,
+    threads: Vec<glommio::ExecutorJoinHandle<()>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("io_uring is not usable on this kernel (stompgate needs Linux >= 5.11 with io_uring enabled): {0}")]
+    NoIoUring(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot start core on CPU {cpu}: {reason}")]
+    Executor { cpu: usize, reason: String },
+}
+
+impl Server {
+    /// Starts one executor per CPU of `cfg.cpus` and returns once every core listens.
+    /// Port 0 picks a free port, shared by all cores.
+    pub fn start(cfg: Config) -> Result<Server, StartError> {
+        check_io_uring()?;
+        let cfg = Arc::new(cfg);
+        let (stomp_addr, reservation) = reserve_addr(cfg.stomp_addr)?;
+        let shared = Arc::new(Shared::default());
+        let cores = cfg.cpus.len();
+        let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_RING);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), StartError>>();
+        let mut threads = Vec::with_capacity(cores);
+        for &cpu in cfg.cpus.iter() {
+            let (cfg, shared, mesh, ready_tx) = (Arc::clone(&cfg), Arc::clone(&shared), mesh.clone(), ready_tx.clone());
+            let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+                .name(&format!("stompgate-core-{cpu}"))
+                // No file I/O here: keep the registered (locked) I/O memory small.
+                .io_memory(256 * 1024)
+                .spawn(move || async move { run_core(cfg, shared, mesh, stomp_addr, ready_tx).await })
+                .map_err(|e| StartError::Executor { cpu, reason: e.to_string() })?;
+            threads.push(handle);
+        }
+        drop(ready_tx);
+        let mut first_err = None;
+        for _ in 0..cores {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => break,
+            }
+        }
+        drop(reservation);
+        let server = Server { stomp_addr, shared, threads };
+        if let Some(e) = first_err {
+            server.shutdown();
+            return Err(e);
+        }
+        Ok(server)
+    }
+
+    pub fn stomp_addr(&self) -> SocketAddr {
+        self.stomp_addr
+    }
+
+    /// Asks every core to stop (as SIGINT/SIGTERM do).
+    pub fn request_shutdown(&self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+    }
+
+    /// The flag signal handlers set.
+    pub fn shutdown_flag(&self) -> Arc<Shared> {
+        Arc::clone(&self.shared)
+    }
+
+    /// Waits until every core has stopped.
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+
+    /// Requests shutdown and waits for it.
+    pub fn shutdown(self) {
+        self.request_shutdown();
+        self.join();
+    }
+}
+
+/// Fails early, with one clear line, where io_uring cannot be set up.
+fn check_io_uring() -> Result<(), StartError> {
+    // io_uring_setup(2) with a tiny ring; ENOSYS (old kernel), EPERM (disabled by sysctl or a
+    // seccomp policy) and friends all mean glommio cannot run.
+    let mut params = [0u8; 120];
+    // SAFETY: io_uring_setup reads/writes exactly a `struct io_uring_params` (120 bytes) and
+    // returns a new descriptor, which we close at once.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, params.as_mut_ptr()) };
+    if fd < 0 {
+        return Err(StartError::NoIoUring(std::io::Error::last_os_error().to_string()));
+    }
+    // SAFETY: `fd` was just returned by io_uring_setup and is owned by nobody else.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
+}
+
+/// Resolves port 0 to a concrete free port before the cores bind: each core binds its own
+/// SO_REUSEPORT listener, and they must all share one port. The returned socket (bound, not
+/// listening, SO_REUSEPORT) holds the port until every core has bound it.
+fn reserve_addr(addr: SocketAddr) -> Result<(SocketAddr, Option<std::net::TcpListener>), StartError> {
+    if addr.port() != 0 {
+        return Ok((addr, None));
+    }
+    let bind_err = |source| StartError::Bind { addr, source };
+    let fd = unsafe {
+        // SAFETY: plain socket(2); the descriptor is owned by the TcpListener below.
+        libc::socket(if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 }, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
+    };
+    if fd < 0 {
+        return Err(bind_err(std::io::Error::last_os_error()));
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: `fd` is a fresh socket we own.
+    let sock = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with a c_int option value of the right size.
+    let rc = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, &one as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32) };
+    if rc != 0 {
+        return Err(bind_err(std::io::Error::last_os_error()));
+    }
+    let (storage, len) = sockaddr_of(addr);
+    // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
+    if unsafe { libc::bind(fd, &storage as *const _ as *const libc::sockaddr, len) } != 0 {
+        return Err(bind_err(std::io::Error::last_os_error()));
+    }
+    let bound = sock.local_addr().map_err(bind_err)?;
+    Ok((bound, Some(sock)))
+}
+
+fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_in fits in sockaddr_storage.
+            unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in, sin) };
+            (storage, std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
+            unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            (storage, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
+    }
+}
+
+async fn run_core(
+    cfg: Arc<Config>,
+    shared: Arc<Shared>,
+    mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
+    addr: SocketAddr,
+    ready: std::sync::mpsc::Sender<Result<(), StartError>>,
+) {
+    let cores = cfg.cpus.len();
+    let (senders, mut receivers) = match mesh.join().await {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = ready.send(Err(StartError::Executor { cpu: usize::MAX, reason: e.to_string() }));
+            return;
+        }
+    };
+    let id = senders.peer_id();
+    let listener = match glommio::net::TcpListener::bind(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(StartError::Bind { addr, source: std::io::Error::other(e.to_string()) }));
+            return;
+        }
+    };
+    let core = Core::new(id, cores, cfg, Arc::clone(&shared), senders);
+    let _ = ready.send(Ok(()));
+    tracing::debug!(core = id, %addr, "core listening");
+
+    // One task per peer ring: handle each message, then whatever it queued locally.
+    for (_, rx) in receivers.streams() {
+        let core = Rc::clone(&core);
+        glommio::spawn_local(async move {
+            while let Some(msg) = rx.recv().await {
+                core.handle(msg);
+                core.drain_local();
+            }
+        })
+        .detach();
+    }
+
+    // Housekeeping; also notices the shutdown request.
+    let ticker = {
+        let core = Rc::clone(&core);
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(TICK).await;
+                core.tick();
+                if core.shared.shutdown.load(Ordering::SeqCst) {
+                    core.stopping.set();
+                    break;
+                }
+            }
+        })
+    };
+
+    // Accept until shutdown.
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            core.stopping.wait().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                shared.connections.fetch_add(1, Ordering::Relaxed);
+                glommio::spawn_local(conn::serve(Rc::clone(&core), stream)).detach();
+            }
+            Some(Err(e)) => {
+                tracing::warn!(core = id, error = %e, "accept failed");
+                // Out of descriptors and the like: give the system a moment.
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(listener);
+    ticker.await;
+    shutdown_connections(&core).await;
+}
+
+/// Graceful stop: every connection gets `ERROR server shutting down` and is closed; closing
+/// releases its subscriptions, which requeues unacknowledged queue messages.
+async fn shutdown_connections(core: &Rc<Core>) {
+    let conns: Vec<_> = core.conns.borrow().values().cloned().collect();
+    for conn in &conns {
+        conn.fail(core, crate::stomp::WireError::ShuttingDown, None);
+    }
+    let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
+    while !core.conns.borrow().is_empty() && std::time::Instant::now() < deadline {
+        core.drain_local();
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    for conn in core.conns.borrow().values() {
+        conn.kill();
+    }
+    core.drain_local();
+}
