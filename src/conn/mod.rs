@@ -517,7 +517,8 @@ async fn write_loop(core: &Rc<Core>, conn: &Rc<Conn>, wr: &mut stream::WriteHalf
         }
         if !out.is_empty() {
             if wr.write_all(&out).await.is_err() {
-                conn.dead.set(true);
+                // Peer gone: make the reader notice too.
+                conn.kill();
                 return;
             }
             conn.last_write.set(Instant::now());
@@ -531,7 +532,10 @@ async fn write_loop(core: &Rc<Core>, conn: &Rc<Conn>, wr: &mut stream::WriteHalf
         }
         after_write(core, conn, &mut sent);
         if conn.close_after_flush.get() && conn.wq.borrow().buf.is_empty() {
+            // Everything (ERROR or the DISCONNECT receipt) is written: close both directions,
+            // which also ends the reader if the client keeps its side open.
             let _ = wr.close().await;
+            stream::shutdown_both(conn.fd);
             return;
         }
     }

@@ -127,7 +127,10 @@ impl Core {
                 Ok(()) => return,
                 Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => overflow[to].push_back(msg),
                 // The peer has stopped (shutdown): nothing left to deliver to.
-                Err(_) => return,
+                Err(e) => {
+                    tracing::debug!(core = self.id, to, error = %e, "mesh send failed");
+                    return;
+                }
             }
         } else {
             overflow[to].push_back(msg);

@@ -8,6 +8,7 @@
 //! a blocking receive or polling on the executor thread.
 pub mod core;
 pub mod event;
+pub mod handle;
 pub mod msg;
 
 use crate::config::Config;
@@ -34,6 +35,7 @@ pub struct Server {
     stomp_addr: SocketAddr,
     shared: Arc<Shared>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
+    array: handle::ArrayHandle,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,13 +60,18 @@ impl Server {
         let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_RING);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), StartError>>();
         let mut threads = Vec::with_capacity(cores);
+        // Foreign ingress: one channel per core, indexed by mesh peer id. Executors learn their
+        // peer id only when they join the mesh, so each picks its receiver from a shared list.
+        let (foreign_txs, foreign_rxs): (Vec<_>, Vec<_>) = (0..cores).map(|_| flume::unbounded::<CoreMsg>()).unzip();
+        let foreign_rxs = Arc::new(std::sync::Mutex::new(foreign_rxs.into_iter().map(Some).collect::<Vec<_>>()));
         for &cpu in cfg.cpus.iter() {
             let (cfg, shared, mesh, ready_tx) = (Arc::clone(&cfg), Arc::clone(&shared), mesh.clone(), ready_tx.clone());
+            let foreign_rxs = Arc::clone(&foreign_rxs);
             let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
                 .name(&format!("stompgate-core-{cpu}"))
                 // No file I/O here: keep the registered (locked) I/O memory small.
                 .io_memory(256 * 1024)
-                .spawn(move || async move { run_core(cfg, shared, mesh, stomp_addr, ready_tx).await })
+                .spawn(move || async move { run_core(cfg, shared, mesh, foreign_rxs, stomp_addr, ready_tx).await })
                 .map_err(|e| StartError::Executor { cpu, reason: e.to_string() })?;
             threads.push(handle);
         }
@@ -80,7 +87,7 @@ impl Server {
             }
         }
         drop(reservation);
-        let server = Server { stomp_addr, shared, threads };
+        let server = Server { stomp_addr, shared, threads, array: handle::ArrayHandle::new(foreign_txs) };
         if let Some(e) = first_err {
             server.shutdown();
             return Err(e);
@@ -90,6 +97,11 @@ impl Server {
 
     pub fn stomp_addr(&self) -> SocketAddr {
         self.stomp_addr
+    }
+
+    /// The array API for callers outside the cores (gRPC server, tests).
+    pub fn array(&self) -> handle::ArrayHandle {
+        self.array.clone()
     }
 
     /// Asks every core to stop (as SIGINT/SIGTERM do).
@@ -199,6 +211,7 @@ async fn run_core(
     cfg: Arc<Config>,
     shared: Arc<Shared>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
+    foreign_rxs: Arc<std::sync::Mutex<Vec<Option<flume::Receiver<CoreMsg>>>>>,
     addr: SocketAddr,
     ready: std::sync::mpsc::Sender<Result<(), StartError>>,
 ) {
@@ -227,6 +240,19 @@ async fn run_core(
         let core = Rc::clone(&core);
         glommio::spawn_local(async move {
             while let Some(msg) = rx.recv().await {
+                core.handle(msg);
+                core.drain_local();
+            }
+        })
+        .detach();
+    }
+
+    // Messages from outside the cores (array API).
+    let foreign_rx = foreign_rxs.lock().ok().and_then(|mut v| v.get_mut(id).and_then(Option::take));
+    if let Some(rx) = foreign_rx {
+        let core = Rc::clone(&core);
+        glommio::spawn_local(async move {
+            while let Ok(msg) = rx.recv_async().await {
                 core.handle(msg);
                 core.drain_local();
             }

@@ -60,7 +60,9 @@ fn parse_ms(field: &[u8]) -> Result<u64, ()> {
         return Err(());
     }
     digits.iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d - b'0'))).ok_or(())
+        n.checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(d - b'0')))
+            .ok_or(())
     })
 }
 
@@ -72,7 +74,13 @@ pub fn negotiate_heart_beat(client: (u64, u64), server: (u64, u64)) -> (u64, u64
     let (sx, sy) = server;
     // 0 on either side means that direction is off: one side cannot send or the other does
     // not want to receive.
-    let every = |can: u64, wants: u64| if can == 0 || wants == 0 { 0 } else { can.max(wants) };
+    let every = |can: u64, wants: u64| {
+        if can == 0 || wants == 0 {
+            0
+        } else {
+            can.max(wants)
+        }
+    };
     (every(sx, cy), every(cx, sy))
 }
 
@@ -133,7 +141,12 @@ mod tests {
             b"18446744073709551616,0",
             b"1.5,2",
         ] {
-            assert_eq!(parse_heart_beat(Some(bad)), Err(()), "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                parse_heart_beat(Some(bad)),
+                Err(()),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
@@ -141,8 +154,14 @@ mod tests {
     fn heart_beat_negotiation() {
         // (server_sends_every, client_must_send_every)
         assert_eq!(negotiate_heart_beat((0, 0), (10_000, 10_000)), (0, 0));
-        assert_eq!(negotiate_heart_beat((4000, 6000), (10_000, 10_000)), (10_000, 10_000));
-        assert_eq!(negotiate_heart_beat((20_000, 30_000), (10_000, 10_000)), (30_000, 20_000));
+        assert_eq!(
+            negotiate_heart_beat((4000, 6000), (10_000, 10_000)),
+            (10_000, 10_000)
+        );
+        assert_eq!(
+            negotiate_heart_beat((20_000, 30_000), (10_000, 10_000)),
+            (30_000, 20_000)
+        );
         assert_eq!(negotiate_heart_beat((5000, 0), (10_000, 1000)), (0, 5000));
         assert_eq!(negotiate_heart_beat((0, 7000), (1000, 1000)), (7000, 0));
         assert_eq!(negotiate_heart_beat((5000, 7000), (0, 0)), (0, 0));
