@@ -35,7 +35,7 @@ fn best_of(mut f: impl FnMut()) -> Duration {
 fn report(what: &str, bytes: usize, took: Duration, baseline: Duration) {
     let gib_s = |d: Duration| bytes as f64 / d.as_secs_f64() / (1u64 << 30) as f64;
     println!(
-        "{what:<44} {:>8.3} GiB/s  {:>7.1} ns/frame   (baseline {:.3} GiB/s)",
+        "{what:<54} {:>8.3} GiB/s  {:>7.1} ns/frame   (baseline {:.3} GiB/s)",
         gib_s(took),
         took.as_nanos() as f64 / FRAMES as f64,
         gib_s(baseline),

@@ -471,7 +471,15 @@ async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut stream::ReadHalf) 
                 Ok(Some(Decoded::HeartBeat)) => {}
                 Ok(Some(Decoded::Frame(frame))) => {
                     Metrics::add(&core.metrics.frames_in, 1);
-                    let keep_going = session::handle_frame(core, conn, frame, &mut decoder);
+                    // A bug in frame handling must cost this connection, not the core
+                    // (and every other connection on it): contain the panic, answer
+                    // `internal error`, close.
+                    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session::handle_frame(core, conn, frame, &mut decoder)));
+                    let keep_going = handled.unwrap_or_else(|_| {
+                        tracing::error!(core = core.id, conn = conn.id.0, "internal error while handling a frame; closing the connection");
+                        conn.fail(core, WireError::Internal, None);
+                        false
+                    });
                     core.drain_local();
                     if !keep_going || conn.is_closing() {
                         break 'read;

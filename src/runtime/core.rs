@@ -71,6 +71,7 @@ pub struct Core {
     pub conns: RefCell<AHashMap<ConnId, Rc<Conn>>>,
     next_conn: Cell<u64>,
     next_id: Cell<u64>,
+    id_arena: RefCell<bytes::BytesMut>,
     pub stopping: super::event::LocalEvent,
 }
 
@@ -93,6 +94,7 @@ impl Core {
             conns: RefCell::new(AHashMap::new()),
             next_conn: Cell::new(1),
             next_id: Cell::new(1),
+            id_arena: RefCell::new(bytes::BytesMut::new()),
             stopping: Default::default(),
         })
     }
@@ -103,11 +105,20 @@ impl Core {
         ConnId(id)
     }
 
-    /// A process-unique message id: `<core>-<n>` in hex.
+    /// A process-unique message id, `<core>-<n>`. Ids are cut from a shared 8 KiB arena
+    /// (`split().freeze()`), so minting one costs an allocation only every few hundred ids.
     pub fn new_message_id(&self) -> bytes::Bytes {
         let n = self.next_id.get();
         self.next_id.set(n + 1);
-        bytes::Bytes::from(format!("{:x}-{:x}", self.id, n))
+        let mut arena = self.id_arena.borrow_mut();
+        if arena.capacity() - arena.len() < 48 {
+            *arena = bytes::BytesMut::with_capacity(8192);
+        }
+        let mut buf = itoa::Buffer::new();
+        arena.extend_from_slice(buf.format(self.id).as_bytes());
+        arena.extend_from_slice(b"-");
+        arena.extend_from_slice(buf.format(n).as_bytes());
+        arena.split().freeze()
     }
 
     pub fn owner_of(&self, pattern: Pattern, channel: &crate::model::Channel) -> CoreId {
@@ -200,8 +211,15 @@ impl Core {
         self.draining.set(false);
     }
 
-    /// Handles one message (from the mesh or from this core).
+    /// Handles one message (from the mesh or from this core). A panic while handling is
+    /// contained and logged: it loses that message, never the core.
     pub fn handle(self: &Rc<Self>, msg: CoreMsg) {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_inner(msg))).is_err() {
+            tracing::error!(core = self.id, "internal error while handling a core message");
+        }
+    }
+
+    fn handle_inner(self: &Rc<Self>, msg: CoreMsg) {
         let mut out = Outbox::new();
         let now = Instant::now();
         match msg {

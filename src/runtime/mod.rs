@@ -130,6 +130,11 @@ impl Server {
 
 /// Fails early, with one clear line, where io_uring cannot be set up.
 fn check_io_uring() -> Result<(), StartError> {
+    if let Some((major, minor)) = kernel_version() {
+        if (major, minor) < (5, 11) {
+            return Err(StartError::NoIoUring(format!("running on Linux {major}.{minor}")));
+        }
+    }
     // io_uring_setup(2) with a tiny ring; ENOSYS (old kernel), EPERM (disabled by sysctl or a
     // seccomp policy) and friends all mean glommio cannot run.
     let mut params = [0u8; 120];
@@ -142,6 +147,24 @@ fn check_io_uring() -> Result<(), StartError> {
     // SAFETY: `fd` was just returned by io_uring_setup and is owned by nobody else.
     unsafe { libc::close(fd as i32) };
     Ok(())
+}
+
+/// (major, minor) of the running kernel, from uname(2).
+fn kernel_version() -> Option<(u32, u32)> {
+    // SAFETY: utsname is plain old data; uname fills it in.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable utsname.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    // SAFETY: uname NUL-terminates `release`.
+    let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_str().ok()?;
+    parse_kernel_release(release)
+}
+
+fn parse_kernel_release(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 /// Resolves port 0 to a concrete free port before the cores bind: each core binds its own
@@ -316,4 +339,21 @@ async fn shutdown_connections(core: &Rc<Core>) {
         conn.kill();
     }
     core.drain_local();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_release_parses() {
+        assert_eq!(parse_kernel_release("6.18.44-fc-v657"), Some((6, 18)));
+        assert_eq!(parse_kernel_release("5.10.0-28-amd64"), Some((5, 10)));
+        assert_eq!(parse_kernel_release("garbage"), None);
+    }
+
+    #[test]
+    fn this_kernel_runs_io_uring() {
+        check_io_uring().expect("the development kernel supports io_uring");
+    }
 }

@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Peer brokers for scripts/compare.sh: install (Debian packages), configure for loopback-only STOMP,
+# start in the background, stop.
+#
+#   scripts/peers.sh start rabbitmq|activemq   install if needed, configure, start, wait for STOMP
+#   scripts/peers.sh stop  rabbitmq|activemq   stop it (no-op when not running)
+#   scripts/peers.sh port  rabbitmq|activemq   print its STOMP port
+#
+# Ports (all on 127.0.0.1 only; stompgate keeps its default 61613):
+#   rabbitmq  STOMP 61623 (plugin rabbitmq_stomp), AMQP 5672, epmd 4369, distribution 25672
+#   activemq  STOMP 61633 (every other transport connector removed, JMX connector off)
+# Override with RABBITMQ_STOMP_PORT / ACTIVEMQ_STOMP_PORT. Both accept login guest/guest
+# (RabbitMQ's default user, allowed from loopback; ActiveMQ has no authentication configured).
+#
+# Logs and pid files: $PEERS_DIR (default /tmp/stompgate-peers). Needs root (apt-get, service
+# users). A package missing from the configured apt sources is reported and exits non-zero.
+set -euo pipefail
+
+PEERS_DIR="${PEERS_DIR:-/tmp/stompgate-peers}"
+RABBITMQ_STOMP_PORT="${RABBITMQ_STOMP_PORT:-61623}"
+ACTIVEMQ_STOMP_PORT="${ACTIVEMQ_STOMP_PORT:-61633}"
+START_TIMEOUT_S="${START_TIMEOUT_S:-180}"
+
+die() { echo "peers.sh: $*" >&2; exit 1; }
+log() { echo "peers.sh: $*" >&2; }
+
+# stomp_ready PORT: true when a STOMP CONNECT on 127.0.0.1:PORT is answered with CONNECTED.
+stomp_ready() {
+    timeout 3 bash -c '
+        exec 3<>/dev/tcp/127.0.0.1/'"$1"' || exit 1
+        printf "CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:0,0\n\n\0" >&3
+        IFS= read -r line <&3 || exit 1
+        printf "DISCONNECT\n\n\0" >&3
+        [ "${line%$'"'"'\r'"'"'}" = CONNECTED ]
+    ' 2>/dev/null
+}
+
+wait_ready() { # NAME PORT PID_CHECK_CMD
+    local name="$1" port="$2" deadline=$((SECONDS + START_TIMEOUT_S))
+    while ! stomp_ready "$port"; do
+        if ((SECONDS >= deadline)); then
+            die "$name did not answer STOMP on 127.0.0.1:$port within ${START_TIMEOUT_S}s (log: $PEERS_DIR/$name.log)"
+        fi
+        if ! eval "$3"; then
+            die "$name exited during start-up (log: $PEERS_DIR/$name.log)"
+        fi
+        sleep 1
+    done
+    log "$name answers STOMP on 127.0.0.1:$port"
+}
+
+# apt_install PKG: install PKG from Debian without letting its maintainer scripts start the service.
+apt_install() {
+    local pkg="$1"
+    if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+        return 0
+    fi
+    [ "$(id -u)" = 0 ] || die "installing $pkg needs root"
+    if ! apt-cache policy "$pkg" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        apt-get update -qq >&2 || true
+    fi
+    if ! apt-cache policy "$pkg" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        die "package $pkg is not available from the configured apt sources (apt-cache policy $pkg shows no candidate); cannot start this peer"
+    fi
+    # policy-rc.d exit 101 = "action forbidden": the package installs, its service does not start.
+    local policy=/usr/sbin/policy-rc.d made_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+        made_policy=1
+    fi
+    log "installing $pkg (apt-get; this can take a few minutes)"
+    local rc=0
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$pkg" \
+        >"$PEERS_DIR/apt-$pkg.log" 2>&1 || rc=$?
+    [ "$made_policy" = 1 ] && rm -f "$policy"
+    [ "$rc" = 0 ] || die "apt-get install $pkg failed (rc=$rc, log: $PEERS_DIR/apt-$pkg.log)"
+}
+
+# ---------------------------------------------------------------------------------------- rabbitmq
+
+rabbitmq_running() { pgrep -u rabbitmq -f 'beam.*rabbit' >/dev/null 2>&1; }
+
+rabbitmq_start() {
+    apt_install rabbitmq-server
+    if rabbitmq_running; then
+        log "rabbitmq already running"
+        wait_ready rabbitmq "$RABBITMQ_STOMP_PORT" rabbitmq_running
+        return
+    fi
+    mkdir -p /etc/rabbitmq
+    # Every listener on loopback; epmd and Erlang distribution too.
+    cat >/etc/rabbitmq/rabbitmq-env.conf <<EOF
+# written by stompgate scripts/peers.sh
+NODENAME=rabbit@localhost
+NODE_IP_ADDRESS=127.0.0.1
+ERL_EPMD_ADDRESS=127.0.0.1
+SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
+EOF
+    cat >/etc/rabbitmq/rabbitmq.conf <<EOF
+# written by stompgate scripts/peers.sh
+listeners.tcp.default = 127.0.0.1:5672
+stomp.listeners.tcp.1 = 127.0.0.1:$RABBITMQ_STOMP_PORT
+stomp.default_user = guest
+stomp.default_pass = guest
+loopback_users.guest = true
+EOF
+    ERL_EPMD_ADDRESS=127.0.0.1 rabbitmq-plugins enable --offline rabbitmq_stomp >&2
+    log "starting rabbitmq (STOMP 127.0.0.1:$RABBITMQ_STOMP_PORT)"
+    # The Debian wrapper drops to the rabbitmq user itself.
+    ERL_EPMD_ADDRESS=127.0.0.1 setsid nohup rabbitmq-server >"$PEERS_DIR/rabbitmq.log" 2>&1 </dev/null &
+    echo $! >"$PEERS_DIR/rabbitmq.pid"
+    sleep 2
+    wait_ready rabbitmq "$RABBITMQ_STOMP_PORT" rabbitmq_running
+}
+
+rabbitmq_stop() {
+    if ! command -v rabbitmqctl >/dev/null 2>&1 || ! rabbitmq_running; then
+        log "rabbitmq not running"
+    else
+        log "stopping rabbitmq"
+        timeout 60 rabbitmqctl stop >&2 || log "rabbitmqctl stop failed"
+    fi
+    # The server's own process tree, by the pid this script recorded.
+    if [ -f "$PEERS_DIR/rabbitmq.pid" ]; then
+        local pid
+        pid="$(cat "$PEERS_DIR/rabbitmq.pid")"
+        for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+        kill -0 "$pid" 2>/dev/null && kill -- "-$pid" 2>/dev/null || true
+        rm -f "$PEERS_DIR/rabbitmq.pid"
+    fi
+    # epmd outlives the node; it was started for this peer.
+    if command -v epmd >/dev/null 2>&1; then
+        ERL_EPMD_ADDRESS=127.0.0.1 epmd -kill >/dev/null 2>&1 || true
+    fi
+}
+
+# ---------------------------------------------------------------------------------------- activemq
+
+ACTIVEMQ_BASE="$PEERS_DIR/activemq-base"
+
+activemq_pid() { cat "$PEERS_DIR/activemq.pid" 2>/dev/null; }
+activemq_running() { local p; p="$(activemq_pid)" && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+
+activemq_start() {
+    apt_install activemq
+    if activemq_running; then
+        log "activemq already running"
+        wait_ready activemq "$ACTIVEMQ_STOMP_PORT" activemq_running
+        return
+    fi
+    local home=/usr/share/activemq
+    [ -d "$home" ] || die "activemq installed but $home is missing"
+    # A private broker base: our own activemq.xml, data dir and log, nothing in /etc touched.
+    rm -rf "$ACTIVEMQ_BASE"
+    mkdir -p "$ACTIVEMQ_BASE/conf" "$ACTIVEMQ_BASE/data" "$ACTIVEMQ_BASE/tmp"
+    local conf_src
+    for conf_src in /etc/activemq/instances-available/main /usr/share/activemq/conf /etc/activemq; do
+        [ -f "$conf_src/log4j2.properties" ] && cp "$conf_src/log4j2.properties" "$ACTIVEMQ_BASE/conf/" && break
+    done
+    cat >"$ACTIVEMQ_BASE/conf/activemq.xml" <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- written by stompgate scripts/peers.sh: STOMP only, loopback only, no persistence. -->
+<beans xmlns="http://www.springframework.org/schema/beans"
+       xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+       xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans.xsd
+       http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="stompgate-peer"
+          dataDirectory="$ACTIVEMQ_BASE/data" persistent="false" useJmx="false"
+          advisorySupport="false">
+    <destinationPolicy>
+      <policyMap>
+        <policyEntries>
+          <policyEntry topic=">" producerFlowControl="true">
+            <pendingMessageLimitStrategy>
+              <constantPendingMessageLimitStrategy limit="1000"/>
+            </pendingMessageLimitStrategy>
+          </policyEntry>
+          <policyEntry queue=">" producerFlowControl="true"/>
+        </policyEntries>
+      </policyMap>
+    </destinationPolicy>
+    <managementContext>
+      <managementContext createConnector="false"/>
+    </managementContext>
+    <systemUsage>
+      <systemUsage>
+        <memoryUsage><memoryUsage percentOfJvmHeap="70"/></memoryUsage>
+        <tempUsage><tempUsage limit="1 gb"/></tempUsage>
+      </systemUsage>
+    </systemUsage>
+    <transportConnectors>
+      <transportConnector name="stomp"
+          uri="stomp+nio://127.0.0.1:$ACTIVEMQ_STOMP_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600"/>
+    </transportConnectors>
+  </broker>
+</beans>
+EOF
+    local java
+    java="$(command -v java || true)"
+    [ -n "$java" ] || die "activemq installed but no java on PATH"
+    # The broker's classpath: activemq.jar bootstraps from lib/ under activemq.home.
+    local jar="$home/bin/activemq.jar"
+    [ -f "$jar" ] || jar="$(find "$home" /usr/share/java -maxdepth 2 -name 'activemq.jar' 2>/dev/null | head -1)"
+    [ -n "$jar" ] && [ -f "$jar" ] || die "activemq.jar not found under $home"
+    log "starting activemq (STOMP 127.0.0.1:$ACTIVEMQ_STOMP_PORT)"
+    ulimit -n "$(ulimit -Hn)" || true
+    setsid nohup "$java" -Xms512m -Xmx2g -Djava.awt.headless=true \
+        -Djava.io.tmpdir="$ACTIVEMQ_BASE/tmp" \
+        -Dactivemq.classpath="$ACTIVEMQ_BASE/conf" \
+        -Dactivemq.home="$home" -Dactivemq.base="$ACTIVEMQ_BASE" \
+        -Dactivemq.conf="$ACTIVEMQ_BASE/conf" -Dactivemq.data="$ACTIVEMQ_BASE/data" \
+        -Dlog4j2.configurationFile="$ACTIVEMQ_BASE/conf/log4j2.properties" \
+        -jar "$jar" start "xbean:file:$ACTIVEMQ_BASE/conf/activemq.xml" \
+        >"$PEERS_DIR/activemq.log" 2>&1 </dev/null &
+    echo $! >"$PEERS_DIR/activemq.pid"
+    wait_ready activemq "$ACTIVEMQ_STOMP_PORT" activemq_running
+}
+
+activemq_stop() {
+    if ! activemq_running; then
+        log "activemq not running"
+        rm -f "$PEERS_DIR/activemq.pid"
+        return
+    fi
+    local pid
+    pid="$(activemq_pid)"
+    log "stopping activemq (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "activemq ignored TERM for 30 s; killing pid $pid"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$PEERS_DIR/activemq.pid"
+}
+
+# -------------------------------------------------------------------------------------------- main
+
+[ $# -eq 2 ] || die "usage: $0 start|stop|port rabbitmq|activemq"
+action="$1" peer="$2"
+case "$peer" in
+rabbitmq | activemq) ;;
+*) die "unknown peer '$peer' (rabbitmq or activemq)" ;;
+esac
+mkdir -p "$PEERS_DIR"
+case "$action" in
+start) "${peer}_start" ;;
+stop) "${peer}_stop" ;;
+port)
+    if [ "$peer" = rabbitmq ]; then echo "$RABBITMQ_STOMP_PORT"; else echo "$ACTIVEMQ_STOMP_PORT"; fi
+    ;;
+*) die "unknown action '$action' (start, stop or port)" ;;
+esac
