@@ -52,14 +52,18 @@ wait_ready() { # NAME PORT PID_CHECK_CMD
 # apt_install PKG: install PKG from Debian without letting its maintainer scripts start the service.
 apt_install() {
     local pkg="$1"
-    if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    if [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)" = "install ok installed" ]; then
         return 0
     fi
     [ "$(id -u)" = 0 ] || die "installing $pkg needs root"
-    if ! apt-cache policy "$pkg" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    # Captured first: with pipefail, `apt-cache | grep -q` fails when grep exits early.
+    local policy_out
+    policy_out="$(apt-cache policy "$pkg" 2>/dev/null || true)"
+    if ! grep -q 'Candidate: [0-9]' <<<"$policy_out"; then
         apt-get update -qq >&2 || true
+        policy_out="$(apt-cache policy "$pkg" 2>/dev/null || true)"
     fi
-    if ! apt-cache policy "$pkg" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    if ! grep -q 'Candidate: [0-9]' <<<"$policy_out"; then
         die "package $pkg is not available from the configured apt sources (apt-cache policy $pkg shows no candidate); cannot start this peer"
     fi
     # policy-rc.d exit 101 = "action forbidden": the package installs, its service does not start.
@@ -107,6 +111,8 @@ loopback_users.guest = true
 EOF
     ERL_EPMD_ADDRESS=127.0.0.1 rabbitmq-plugins enable --offline rabbitmq_stomp >&2
     log "starting rabbitmq (STOMP 127.0.0.1:$RABBITMQ_STOMP_PORT)"
+    # Inherited by the broker: the idle scenario holds thousands of connections.
+    ulimit -n "$(ulimit -Hn)" || true
     # The Debian wrapper drops to the rabbitmq user itself.
     ERL_EPMD_ADDRESS=127.0.0.1 setsid nohup rabbitmq-server >"$PEERS_DIR/rabbitmq.log" 2>&1 </dev/null &
     echo $! >"$PEERS_DIR/rabbitmq.pid"

@@ -1,1 +1,399 @@
-fn main() {}
+//! `stompgate-load`: a small, CPU-frugal STOMP 1.2 load generator for stompgate and any other
+//! STOMP broker (RabbitMQ, ActiveMQ): plain std threads, blocking sockets for publishers,
+//! `poll(2)` groups for subscribers, hand-rolled framing. See `--help` for the scenarios.
+
+mod body;
+mod conn;
+mod connect;
+mod idle;
+mod measure;
+mod publish;
+mod pubsub;
+mod receive;
+mod report;
+mod stomp;
+mod track;
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Map, Value};
+
+use crate::body::now_ns;
+use crate::conn::{LoadError, Target};
+use crate::measure::{CpuMark, Server};
+use crate::report::Report;
+use crate::track::Window;
+
+const ABOUT: &str = "Load harness for stompgate and other STOMP 1.2 brokers.";
+
+const LONG_ABOUT: &str = "\
+Load harness for stompgate and other STOMP 1.2 brokers (plain STOMP only: CONNECT with
+accept-version:1.2, host:/, login/passcode, heart-beat:0,0).
+
+Scenarios:
+  fanout   1 publisher -> N subscribers on /topic/<name>
+  queue    P producers -> C consumers on /queue/<name>, ack:client-individual, every message ACKed
+  connect  K workers loop CONNECT/CONNECTED/DISCONNECT(+receipt); reports connections/s
+  idle     hold M idle connections for --duration-s; reports server RSS per connection
+  (rpc is not implemented yet.)
+
+Timeline: connect and subscribe, then --warmup-s (not measured), then the --duration-s window,
+then publishing stops and receivers drain until everything sent in the window has arrived, or
+nothing new arrived for --drain-s (at most 60 s). Only messages whose send stamp lies in the
+window count: sent, delivered (arrived before the window closed), latency, lost (sent but never
+received by a subscriber, or never consumed from the queue), duplicated, out-of-order.
+
+Every body starts with a 24-byte stamp (magic, publisher id, sequence, send time in ns) padded
+to --payload bytes. Unbounded publishers (--rate 0) put a receipt on every --receipt-every-th
+SEND and wait for it before going on.
+
+Exit status: 0 = success; 1 = connection failure, ERROR frame or protocol error;
+2 = bad arguments; 3 = the run completed but messages were lost or duplicated (or idle
+connections were dropped); the report is printed anyway.";
+
+#[derive(Parser, Debug)]
+#[command(name = "stompgate-load", version, about = ABOUT, long_about = LONG_ABOUT)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Args, Debug, Clone)]
+struct Common {
+    /// Broker host (use a loopback address).
+    #[arg(long, default_value = "127.0.0.1", global = true)]
+    host: String,
+    /// Broker STOMP port.
+    #[arg(long, default_value_t = 61613, global = true)]
+    port: u16,
+    #[arg(long, default_value = "guest", global = true)]
+    login: String,
+    #[arg(long, default_value = "guest", global = true)]
+    passcode: String,
+    /// Length of the measured window, seconds.
+    #[arg(long, default_value_t = 10.0, global = true)]
+    duration_s: f64,
+    /// Unmeasured time before the window, seconds (idle: settle time before sampling).
+    #[arg(long, default_value_t = 2.0, global = true)]
+    warmup_s: f64,
+    /// After publishing stops: give up waiting for in-flight messages after this long without
+    /// progress, seconds.
+    #[arg(long, default_value_t = 2.0, global = true)]
+    drain_s: f64,
+    /// Message body size in bytes (at least the 24-byte stamp).
+    #[arg(long, default_value_t = 256, global = true, value_parser = clap::value_parser!(u32).range(24..=16_777_216))]
+    payload: u32,
+    /// Total messages per second over all publishers; 0 = unbounded (with receipts).
+    #[arg(long, default_value_t = 0.0, global = true)]
+    rate: f64,
+    /// Unbounded publishing: wait for a RECEIPT every K messages.
+    #[arg(long, default_value_t = 1000, global = true, value_parser = clap::value_parser!(u64).range(1..))]
+    receipt_every: u64,
+    /// Destination name under /topic/ or /queue/ [default: load-<pid>].
+    #[arg(long, global = true)]
+    name: Option<String>,
+    /// Server process to sample (/proc/PID/stat CPU, /proc/PID/status VmRSS).
+    #[arg(long, global = true)]
+    server_pid: Option<u32>,
+    /// Free-form tag copied into the report (e.g. the broker's name).
+    #[arg(long, default_value = "", global = true)]
+    label: String,
+    /// Print one JSON line on stdout (the human summary goes to stderr).
+    #[arg(long, global = true)]
+    json: bool,
+    /// No per-second progress lines.
+    #[arg(long, short, global = true)]
+    quiet: bool,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+enum Scenario {
+    /// 1 publisher -> N subscribers on /topic/<name>.
+    Fanout {
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+        subscribers: u32,
+        /// Receiver threads sharing the subscriber connections.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        threads: u32,
+    },
+    /// P producers -> C consumers on /queue/<name>, client-individual ACKs.
+    Queue {
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+        producers: u32,
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+        consumers: u32,
+        /// Receiver threads sharing the consumer connections.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        threads: u32,
+    },
+    /// K workers loop CONNECT / CONNECTED / DISCONNECT+RECEIPT.
+    Connect {
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+        workers: u32,
+    },
+    /// Hold M idle connections open for --duration-s.
+    Idle {
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+        connections: u32,
+        /// Threads opening the connections.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+        workers: u32,
+    },
+}
+
+/// State every thread of a run shares.
+pub struct Shared {
+    pub window: Window,
+    /// Messages (or connection cycles) sent so far, for progress lines.
+    pub sent: AtomicU64,
+    /// New stamped messages received so far, for progress lines.
+    pub received: AtomicU64,
+    /// Distinct window messages received (per subscriber in fanout), to end the drain early.
+    pub window_distinct: AtomicU64,
+    /// Receivers stop (set by the main thread after the drain).
+    pub stop: AtomicBool,
+    /// Some thread failed: everyone winds down.
+    pub failed: AtomicBool,
+    pub quiet: bool,
+}
+
+impl Shared {
+    fn new(window: Window, quiet: bool) -> Shared {
+        Shared {
+            window,
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            window_distinct: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            quiet,
+        }
+    }
+
+    /// Runs `f`, flagging the run as failed if it errs.
+    pub fn guard<T>(&self, f: impl FnOnce() -> Result<T, LoadError>) -> Result<T, LoadError> {
+        let r = f();
+        if r.is_err() {
+            self.failed.store(true, Ordering::Relaxed);
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+/// Per-second progress on stderr and CPU marks at the window's edges.
+pub struct Watch {
+    start_ns: u64,
+    next_tick: u64,
+    last_sent: u64,
+    last_received: u64,
+    server: Option<Server>,
+    pub at_start: Option<CpuMark>,
+    pub at_end: Option<CpuMark>,
+    /// Progress line words for `sent` / `received`.
+    names: (&'static str, &'static str),
+}
+
+impl Watch {
+    pub fn new(server: Option<Server>, names: (&'static str, &'static str)) -> Watch {
+        let now = now_ns();
+        Watch {
+            start_ns: now,
+            next_tick: now + 1_000_000_000,
+            last_sent: 0,
+            last_received: 0,
+            server,
+            at_start: None,
+            at_end: None,
+            names,
+        }
+    }
+
+    /// Sleeps in small steps until `until_ns`, `done()` or a failure, printing progress and
+    /// taking the CPU marks when the window opens and closes.
+    pub fn run_until(&mut self, shared: &Shared, until_ns: u64, done: impl Fn() -> bool) {
+        loop {
+            let now = now_ns();
+            if self.at_start.is_none() && now >= shared.window.start_ns {
+                self.at_start = Some(CpuMark::take(self.server));
+            }
+            if self.at_end.is_none() && now >= shared.window.end_ns {
+                self.at_end = Some(CpuMark::take(self.server));
+            }
+            if now >= self.next_tick {
+                self.tick(shared, now);
+            }
+            if now >= until_ns || shared.failed.load(Ordering::Relaxed) || done() {
+                return;
+            }
+            let mut wake = self.next_tick.min(until_ns).min(now + 100_000_000);
+            if self.at_start.is_none() {
+                wake = wake.min(shared.window.start_ns);
+            }
+            if self.at_end.is_none() {
+                wake = wake.min(shared.window.end_ns);
+            }
+            std::thread::sleep(Duration::from_nanos(wake.saturating_sub(now).max(100_000)));
+        }
+    }
+
+    fn tick(&mut self, shared: &Shared, now: u64) {
+        let sent = shared.sent.load(Ordering::Relaxed);
+        let received = shared.received.load(Ordering::Relaxed);
+        if !shared.quiet {
+            let phase = if now < shared.window.start_ns {
+                "warmup"
+            } else if now < shared.window.end_ns {
+                "window"
+            } else {
+                "drain"
+            };
+            eprintln!(
+                "[{:>4.0}s {phase:>6}] {} {}/s, {} {}/s",
+                (now - self.start_ns) as f64 / 1e9,
+                self.names.0,
+                sent - self.last_sent,
+                self.names.1,
+                received - self.last_received
+            );
+        }
+        self.last_sent = sent;
+        self.last_received = received;
+        self.next_tick += 1_000_000_000;
+        if self.next_tick <= now {
+            self.next_tick = now + 1_000_000_000;
+        }
+    }
+
+    /// (harness CPU s, server CPU s) inside the window.
+    pub fn window_cpu(&self) -> (f64, Option<f64>) {
+        match (self.at_start, self.at_end) {
+            (Some(a), Some(b)) => a.until(&b),
+            _ => (0.0, None),
+        }
+    }
+}
+
+/// Window starting `warmup_s` from now.
+fn window_from_now(c: &Common) -> Window {
+    let start_ns = now_ns() + secs_ns(c.warmup_s);
+    Window { start_ns, end_ns: start_ns + secs_ns(c.duration_s) }
+}
+
+fn secs_ns(s: f64) -> u64 {
+    (s.max(0.0) * 1e9) as u64
+}
+
+fn params(c: &Common, scenario: &Scenario) -> Map<String, Value> {
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Value| {
+        m.insert(k.to_owned(), v);
+    };
+    match scenario {
+        Scenario::Fanout { subscribers, threads } => {
+            put("subscribers", json!(subscribers));
+            put("threads", json!(threads));
+        }
+        Scenario::Queue { producers, consumers, threads } => {
+            put("producers", json!(producers));
+            put("consumers", json!(consumers));
+            put("threads", json!(threads));
+        }
+        Scenario::Connect { workers } => put("workers", json!(workers)),
+        Scenario::Idle { connections, workers } => {
+            put("connections", json!(connections));
+            put("workers", json!(workers));
+        }
+    }
+    if matches!(scenario, Scenario::Fanout { .. } | Scenario::Queue { .. }) {
+        put("payload", json!(c.payload));
+        put("rate", json!(c.rate));
+        put("receipt_every", json!(c.receipt_every));
+        put("drain_s", json!(c.drain_s));
+    }
+    put("duration_s", json!(c.duration_s));
+    put("warmup_s", json!(c.warmup_s));
+    m
+}
+
+fn run(cli: &Cli) -> Result<Report, LoadError> {
+    let c = &cli.common;
+    if !(c.duration_s > 0.0) || c.warmup_s < 0.0 || c.drain_s < 0.0 || c.rate < 0.0 {
+        return Err(LoadError::Setup(
+            "--duration-s must be > 0; --warmup-s, --drain-s and --rate must be >= 0".into(),
+        ));
+    }
+    let nofile = measure::raise_nofile();
+    let target = Target::resolve(&c.host, c.port, &c.login, &c.passcode)?;
+    let server = c.server_pid.map(|pid| Server { pid });
+    if let Some(s) = server {
+        s.check().map_err(LoadError::Setup)?;
+    }
+    let name = c.name.clone().unwrap_or_else(|| format!("load-{}", std::process::id()));
+    let mut report = match cli.scenario {
+        Scenario::Fanout { subscribers, threads } => pubsub::run(
+            &pubsub::Plan {
+                mode: receive::Mode::Topic,
+                destination: format!("/topic/{name}"),
+                publishers: 1,
+                receivers: subscribers as usize,
+                threads: threads as usize,
+            },
+            c,
+            &target,
+            server,
+        )?,
+        Scenario::Queue { producers, consumers, threads } => pubsub::run(
+            &pubsub::Plan {
+                mode: receive::Mode::Queue,
+                destination: format!("/queue/{name}"),
+                publishers: producers as usize,
+                receivers: consumers as usize,
+                threads: threads as usize,
+            },
+            c,
+            &target,
+            server,
+        )?,
+        Scenario::Connect { workers } => connect::run(workers as usize, c, &target, server)?,
+        Scenario::Idle { connections, workers } => {
+            idle::run(connections as usize, workers as usize, nofile, c, &target, server)?
+        }
+    };
+    report.label = c.label.clone();
+    report.target = target.addr.to_string();
+    report.params = params(c, &cli.scenario);
+    if report.server_rss_kib.is_none() {
+        report.server_rss_kib = server.and_then(|s| s.rss_kib());
+    }
+    Ok(report)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(report) => {
+            if cli.common.json {
+                eprint!("{}", report.human());
+                println!("{}", report.to_json());
+            } else {
+                print!("{}", report.human());
+            }
+            if report.violated() {
+                eprintln!("stompgate-load: messages were lost or duplicated (exit 3)");
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("stompgate-load: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

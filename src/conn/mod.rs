@@ -456,10 +456,8 @@ async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut stream::ReadHalf) 
         let start = rbuf.len();
         let room = rbuf.capacity() - start;
         rbuf.resize(start + room, 0);
-        let n = match rd.read(&mut rbuf[start..]).await {
-            Ok(n) => n,
-            Err(_) => 0,
-        };
+        // A read error ends the connection exactly like EOF.
+        let n = rd.read(&mut rbuf[start..]).await.unwrap_or_default();
         rbuf.truncate(start + n);
         if n == 0 || conn.dead.get() {
             break;

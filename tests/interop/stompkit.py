@@ -38,6 +38,7 @@ class Collector(stomp.ConnectionListener):
         self.receipts: list[str] = []
         self.errors: list = []
         self.disconnected = False
+        self.heartbeat_timeouts = 0
 
     def _add(self, fn) -> None:
         with self.cond:
@@ -55,6 +56,9 @@ class Collector(stomp.ConnectionListener):
 
     def on_error(self, frame) -> None:
         self._add(lambda: self.errors.append(frame))
+
+    def on_heartbeat_timeout(self) -> None:
+        self._add(lambda: setattr(self, "heartbeat_timeouts", self.heartbeat_timeouts + 1))
 
     def on_disconnected(self) -> None:
         self._add(lambda: setattr(self, "disconnected", True))
@@ -81,12 +85,12 @@ class Client:
                  12: stomp.protocol.Protocol12}
 
     def __init__(self, port: int, version: int = 12, connect_headers: dict | None = None,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, heartbeats: tuple = (0, 0)) -> None:
         self.version = version
         cls = self.CLASSES[version]
         kwargs = dict(auto_decode=False, reconnect_attempts_max=1)
         if version != 10:
-            kwargs["heartbeats"] = (0, 0)
+            kwargs["heartbeats"] = heartbeats
         self.conn = cls([(HOST, port)], **kwargs)
         self.listener = Collector()
         self.conn.set_listener("collector", self.listener)

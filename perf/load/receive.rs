@@ -1,0 +1,213 @@
+//! A receiver group: one thread drives many subscriber connections with `poll(2)`, so the
+//! harness wakes once for whatever arrived on all of them and reads in large chunks.
+//!
+//! Each MESSAGE's stamp is checked against what was seen before (per publisher), its latency
+//! is recorded once (first copy only), and in queue mode it is ACKed individually. ACKs are
+//! batched per read and written without blocking.
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use hdrhistogram::Histogram;
+
+use crate::body::{self, now_ns};
+use crate::conn::{proto, unexpected, Conn, LoadError};
+use crate::track::{latency_histogram, Order, Seen};
+use crate::Shared;
+
+/// How delivered messages are accounted.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// Every subscriber must see every message: one `Seen` per connection.
+    Topic,
+    /// Every message must be consumed once by some consumer: one `Seen` per publisher
+    /// (merged across groups by the caller), and each MESSAGE is ACKed.
+    Queue,
+}
+
+/// Reads at most this many times from one connection per wake-up, so one busy connection
+/// cannot starve the others in the group.
+const READS_PER_WAKE: usize = 8;
+const POLL_MS: i32 = 50;
+/// A read shorter than this is taken to have emptied the socket, saving the `EAGAIN` read.
+const SHORT_READ: usize = 64 * 1024;
+
+pub struct Receiver {
+    pub conn: Conn,
+    /// Per publisher, for reordering (always per connection).
+    order: Vec<Order>,
+    /// Per publisher; used in topic mode only.
+    seen: Vec<Seen>,
+}
+
+impl Receiver {
+    pub fn new(conn: Conn, publishers: usize) -> Receiver {
+        Receiver { conn, order: vec![Order::default(); publishers], seen: vec![Seen::default(); publishers] }
+    }
+}
+
+/// What a group observed.
+pub struct Received {
+    pub latency: Histogram<u64>,
+    /// Topic: one entry per connection; queue: one entry for the whole group. Each entry is
+    /// indexed by publisher id.
+    pub seen: Vec<Vec<Seen>>,
+    /// Distinct window messages that arrived before the window closed.
+    pub delivered_in_window: u64,
+    pub out_of_order: u64,
+    pub foreign: u64,
+}
+
+struct Group {
+    mode: Mode,
+    latency: Histogram<u64>,
+    /// Queue mode: per publisher, shared by the group's consumers.
+    queue_seen: Vec<Seen>,
+    delivered_in_window: u64,
+    foreign: u64,
+    /// New stamped messages since the last report to `Shared`.
+    unreported: u64,
+    unreported_window: u64,
+}
+
+impl Group {
+    /// Processes every complete frame buffered on `r`, stamping arrivals with `now`.
+    fn consume(&mut self, r: &mut Receiver, now: u64, shared: &Shared) -> Result<(), LoadError> {
+        let window = shared.window;
+        let conn = &mut r.conn;
+        while let Some(f) = conn.rd.next_frame().map_err(|e| proto("on a subscriber connection", &e))? {
+            if !f.is(b"MESSAGE") {
+                if f.is(b"RECEIPT") {
+                    continue;
+                }
+                return Err(unexpected("on a subscriber connection", &f));
+            }
+            if self.mode == Mode::Queue {
+                let w = &mut conn.wr;
+                if let Some(ack) = f.header(b"ack") {
+                    w.extend_from_slice(b"ACK\nid:");
+                    w.extend_from_slice(ack);
+                } else {
+                    // STOMP 1.1 servers: message-id + subscription.
+                    w.extend_from_slice(b"ACK\nsubscription:");
+                    w.extend_from_slice(f.header(b"subscription").unwrap_or(b""));
+                    w.extend_from_slice(b"\nmessage-id:");
+                    w.extend_from_slice(f.header(b"message-id").unwrap_or(b""));
+                }
+                w.extend_from_slice(b"\n\n\0");
+            }
+            let Some(st) = body::read(f.body) else {
+                self.foreign += 1;
+                continue;
+            };
+            let p = st.publisher as usize;
+            if p >= r.order.len() {
+                self.foreign += 1;
+                continue;
+            }
+            let in_window = window.contains(st.sent_ns);
+            let seen = match self.mode {
+                Mode::Topic => &mut r.seen[p],
+                Mode::Queue => &mut self.queue_seen[p],
+            };
+            if !seen.record(st.seq, in_window) {
+                continue; // duplicate: counted by `Seen`
+            }
+            r.order[p].record(st.seq, in_window);
+            self.unreported += 1;
+            if in_window {
+                self.unreported_window += 1;
+                let _ = self.latency.record(now.saturating_sub(st.sent_ns).max(1));
+                if now < window.end_ns {
+                    self.delivered_in_window += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Drives `receivers` until `shared.stop`, then disconnects them.
+///
+/// # Errors
+/// A socket error, EOF, ERROR frame or framing error on any connection.
+pub fn run(mut receivers: Vec<Receiver>, mode: Mode, publishers: usize, shared: &Shared) -> Result<Received, LoadError> {
+    for r in &mut receivers {
+        r.conn.set_nonblocking(true)?;
+    }
+    let mut g = Group {
+        mode,
+        latency: latency_histogram(),
+        queue_seen: vec![Seen::default(); publishers],
+        delivered_in_window: 0,
+        foreign: 0,
+        unreported: 0,
+        unreported_window: 0,
+    };
+    let mut fds: Vec<libc::pollfd> =
+        receivers.iter().map(|r| libc::pollfd { fd: r.conn.fd(), events: 0, revents: 0 }).collect();
+    while !shared.stop.load(Ordering::Relaxed) {
+        for (pfd, r) in fds.iter_mut().zip(&receivers) {
+            pfd.events = libc::POLLIN | if r.conn.has_pending_write() { libc::POLLOUT } else { 0 };
+            pfd.revents = 0;
+        }
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(LoadError::io("poll", e));
+        }
+        for (pfd, r) in fds.iter().zip(receivers.iter_mut()) {
+            if pfd.revents == 0 {
+                continue;
+            }
+            if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                for _ in 0..READS_PER_WAKE {
+                    match r.conn.read_some() {
+                        Ok(Some(0)) => {
+                            // Frames already buffered may say why (an ERROR).
+                            g.consume(r, now_ns(), shared)?;
+                            return Err(crate::conn::eof("on a subscriber connection"));
+                        }
+                        Ok(Some(n)) => {
+                            g.consume(r, now_ns(), shared)?;
+                            if n < SHORT_READ {
+                                break; // most likely drained: let poll say when there is more
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => return Err(LoadError::io("reading a subscriber connection", e)),
+                    }
+                }
+            }
+            r.conn.flush_some().map_err(|e| LoadError::io("sending ACKs", e))?;
+        }
+        if g.unreported > 0 {
+            shared.received.fetch_add(g.unreported, Ordering::Relaxed);
+            shared.window_distinct.fetch_add(g.unreported_window, Ordering::Relaxed);
+            g.unreported = 0;
+            g.unreported_window = 0;
+        }
+    }
+    let mut out = Received {
+        latency: g.latency,
+        seen: Vec::new(),
+        delivered_in_window: g.delivered_in_window,
+        out_of_order: 0,
+        foreign: g.foreign,
+    };
+    if mode == Mode::Queue {
+        out.seen.push(g.queue_seen);
+    }
+    for mut r in receivers {
+        out.out_of_order += r.order.iter().map(|o| o.out_of_order).sum::<u64>();
+        if mode == Mode::Topic {
+            out.seen.push(std::mem::take(&mut r.seen));
+        }
+        r.conn.disconnect(std::time::Duration::from_secs(5))?;
+    }
+    Ok(out)
+}

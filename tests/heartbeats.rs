@@ -1,0 +1,171 @@
+//! Property: heart-beats are negotiated per the STOMP spec against the server's advertised
+//! `heart-beat:sx,sy` (both = `HeartbeatMs`): the server sends EOLs when the client asks for
+//! them, closes a connection whose client stays silent for more than twice the negotiated
+//! client→server interval, keeps one that sends EOLs in time, never beats when the client
+//! asked for none, refuses a malformed `heart-beat` header (`malformed frame` + close), and does
+//! not negotiate heart-beats with 1.0 clients at all.
+//!
+//! Setup: an in-process gateway on two cores with `heartbeat_ms = 100` (the tick is 100 ms);
+//! raw CONNECT frames; the test client counts bare EOLs between frames.
+mod common;
+use common::props::*;
+use common::*;
+use std::time::{Duration, Instant};
+
+const HB: u64 = 100;
+
+fn server() -> TestServer {
+    TestServer::start_with(|cfg| cfg.heartbeat_ms = HB)
+}
+
+fn connect_hb(server: &TestServer, version: &str, heart_beat: &str) -> (Client, Frame) {
+    let mut c = server.client();
+    c.send("CONNECT", &[("accept-version", version), ("host", "localhost"), ("heart-beat", heart_beat)], b"");
+    let f = c.frame();
+    (c, f)
+}
+
+/// Keeps the connection alive by sending an EOL every 50 ms for `total`, reading meanwhile.
+/// Panics if any frame arrives or the server closes.
+fn beat_for(c: &mut Client, total: Duration) {
+    let end = Instant::now() + total;
+    while Instant::now() < end {
+        c.send_raw(b"\n");
+        if let Some(f) = c.frame_within(Duration::from_millis(50)) {
+            panic!("unexpected frame {f:?}");
+        }
+        assert!(!c.saw_eof(), "server closed a connection that kept sending heart-beats");
+    }
+}
+
+#[test]
+fn connected_heart_beat_is_the_configured_interval() {
+    let server = server();
+    let (_c, f) = connect_hb(&server, "1.2", "0,0");
+    assert_eq!(f.header("heart-beat"), Some("100,100"));
+    let server = TestServer::start_with(|cfg| cfg.heartbeat_ms = 0);
+    let (_c, f) = connect_hb(&server, "1.1", "1000,1000");
+    assert_eq!(f.header("heart-beat"), Some("0,0"));
+    let server = TestServer::start_with(|cfg| cfg.heartbeat_ms = 2500);
+    let (_c, f) = connect_hb(&server, "1.2", "1000,1000");
+    assert_eq!(f.header("heart-beat"), Some("2500,2500"));
+}
+
+#[test]
+fn no_heart_beats_when_the_client_asks_for_none() {
+    let server = server();
+    let (mut c, f) = connect_hb(&server, "1.2", "0,0");
+    assert_eq!(f.command, "CONNECTED");
+    // Silent for well over 2 × 100 ms: nothing arrives and nobody closes.
+    c.no_frame(Duration::from_millis(500));
+    assert_eq!(c.heartbeats, 0);
+    assert!(!c.saw_eof());
+    assert_alive(&mut c);
+}
+
+#[test]
+fn server_sends_eol_heart_beats_to_a_client_that_keeps_beating() {
+    let server = server();
+    let (mut c, f) = connect_hb(&server, "1.2", "100,100");
+    assert_eq!(f.header("heart-beat"), Some("100,100"));
+    beat_for(&mut c, Duration::from_secs(1));
+    // Every 100 ms for a second, with tick slack: at least a few.
+    assert!(c.heartbeats >= 3, "only {} heart-beats in 1 s", c.heartbeats);
+    assert_alive(&mut c);
+}
+
+#[test]
+fn client_that_beats_every_50ms_stays_open_for_a_second() {
+    let server = server();
+    let (mut c, _) = connect_hb(&server, "1.1", "100,0");
+    beat_for(&mut c, Duration::from_secs(1));
+    // It asked for no server beats.
+    assert_eq!(c.heartbeats, 0);
+    assert_alive(&mut c);
+}
+
+#[test]
+fn silent_client_is_closed_after_twice_the_interval() {
+    let server = server();
+    let (mut c, f) = connect_hb(&server, "1.2", "100,100");
+    assert_eq!(f.command, "CONNECTED");
+    let start = Instant::now();
+    assert!(c.closed(), "silent connection still open");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(2 * HB), "closed after only {took:?}");
+    assert!(took < Duration::from_secs(2), "closed only after {took:?}");
+}
+
+#[test]
+fn silent_client_gets_no_error_frame_before_the_close() {
+    let server = server();
+    let (mut c, _) = connect_hb(&server, "1.2", "100,0");
+    // No frame at all before EOF.
+    assert!(c.frame_within(Duration::from_secs(2)).is_none());
+    assert!(c.saw_eof(), "silent connection still open after 2 s");
+}
+
+#[test]
+fn client_heart_beat_slower_than_server_sets_the_cutoff() {
+    // Client promises every 400 ms: the server must then wait for 2 × 400 ms, not 2 × 100 ms.
+    let server = server();
+    let (mut c, _) = connect_hb(&server, "1.2", "400,0");
+    c.no_frame(Duration::from_millis(500));
+    assert!(!c.saw_eof(), "closed before 2 × the negotiated 400 ms");
+    assert!(c.closed(), "silent connection still open");
+}
+
+#[test]
+fn malformed_heart_beat_is_error_and_close() {
+    let server = server();
+    for bad in ["100", "a,b", "1,2,3", "-1,5", "10,"] {
+        let (mut c, f) = connect_hb(&server, "1.2", bad);
+        assert_raw(&f, b"ERROR\nmessage:malformed frame\ncontent-length:0\n\n\0");
+        assert!(c.closed(), "heart-beat:{bad} left open");
+    }
+}
+
+#[test]
+fn v10_clients_get_no_heart_beat_negotiation() {
+    let server = server();
+    let (mut c, f) = connect_hb(&server, "1.0", "100,100");
+    assert_eq!(f.header("version"), Some("1.0"));
+    assert_eq!(f.header("heart-beat"), Some("0,0"));
+    // Silent and unbeaten: no EOLs, no watchdog.
+    c.no_frame(Duration::from_millis(500));
+    assert_eq!(c.heartbeats, 0);
+    assert!(!c.saw_eof());
+    assert_alive(&mut c);
+    // 1.0 has no heart-beat header, so a malformed one is not looked at.
+    let (mut c, f) = connect_hb(&server, "1.0", "junk");
+    assert_eq!(f.command, "CONNECTED");
+    assert_alive(&mut c);
+}
+
+/// Seen failing: `heartbeat_tick` computes `expect_every * 2` in u64; with a client `cx` of
+/// 2^63 or more that overflows — a panic that kills the whole core in debug/test builds (every
+/// connection on it hangs), and in release a wrap to a zero cutoff that closes the connection
+/// at the next tick. The default config is enough to trigger it.
+#[test]
+#[ignore = "server bug: heart-beat cx >= 2^63 overflows the watchdog cutoff (core panics)"]
+fn huge_client_heart_beat_does_not_break_the_server() {
+    let server = TestServer::start();
+    let mut clients = Vec::new();
+    for cx in ["18446744073709551615", "9223372036854775808"] {
+        // Two connections each, so both cores see one.
+        for _ in 0..2 {
+            let (c, f) = connect_hb(&server, "1.2", &format!("{cx},0"));
+            assert_eq!(f.command, "CONNECTED");
+            clients.push(c);
+        }
+    }
+    // A few ticks.
+    std::thread::sleep(Duration::from_millis(350));
+    for c in &mut clients {
+        assert_alive(c);
+    }
+    for _ in 0..4 {
+        let mut c = server.connected();
+        assert_alive(&mut c);
+    }
+}

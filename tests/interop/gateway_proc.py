@@ -1,0 +1,153 @@
+"""Runs the gateway binary as a separate process for the interop tests.
+
+`start_gateway` launches `stompgate --stomp-addr 127.0.0.1:<free port> --cores 2
+--heartbeat-ms 10000 --queue-ack-timeout-s 2` (binary: $STOMPGATE_BIN, else
+target/release/stompgate), sends its stdout and stderr to target/interop-logs/stompgate-<port>.log
+and waits until it answers CONNECT. `stop_gateway` sends SIGTERM and asserts exit status 0
+within 10 s: the gateway's graceful shutdown must exit 0.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from stompkit import HOST, RawStomp
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 30.0
+SHUTDOWN_TIMEOUT_S = 10.0
+LOG_TAIL_LINES = 300
+
+log_paths: list[Path] = []
+
+
+@dataclass
+class Gateway:
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return read_tail(self.log_path, lines)
+
+
+def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def gateway_binary() -> Path:
+    env = os.environ.get("STOMPGATE_BIN")
+    return Path(env) if env else REPO / "target" / "release" / "stompgate"
+
+
+def _answers_connect(port: int) -> bool:
+    """The port accepts a TCP connection and answers CONNECT with CONNECTED."""
+    try:
+        raw = RawStomp(port, timeout=1.0)
+    except OSError:
+        return False
+    try:
+        raw.connect("1.2")
+        raw.send_frame("DISCONNECT", {"receipt": "ready"})
+        try:
+            raw.read_frame(timeout=1.0)
+        except Exception:  # noqa: BLE001 - readiness probe only
+            pass
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        raw.close()
+
+
+def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S) -> Gateway:
+    """Starts the binary on a free loopback port and waits until it answers CONNECT.
+
+    Default flags: --cores 2 --heartbeat-ms 10000 --queue-ack-timeout-s 2; a flag given in
+    extra_args ("--heartbeat-ms", "500") replaces its default, others are appended.
+    """
+    binary = gateway_binary()
+    if not binary.is_file():
+        pytest.fail(f"gateway binary not found: {binary} (build it with `cargo build --release` "
+                    f"or set STOMPGATE_BIN)", pytrace=False)
+    port = free_port()
+    log_dir = REPO / "target" / "interop-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"stompgate-{port}.log"
+    log_paths.append(log_path)
+    args = {"--cores": "2", "--heartbeat-ms": "10000", "--queue-ack-timeout-s": "2"}
+    extra = list(extra_args)
+    for i in range(0, len(extra) - 1):
+        if extra[i] in args:
+            args[extra[i]] = extra[i + 1]
+            extra[i:i + 2] = [None, None]
+    cmd = [str(binary), "--stomp-addr", f"{HOST}:{port}"]
+    for k, v in args.items():
+        cmd += [k, v]
+    cmd += [a for a in extra if a is not None]
+    with open(log_path, "wb") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                cwd=str(REPO))
+    gw = Gateway(port, proc, log_path)
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            rc = proc.poll()
+            if rc is not None:
+                pytest.fail(f"gateway exited with status {rc} before accepting connections; "
+                            f"log {log_path}:\n{gw.log_tail()}", pytrace=False)
+            if _answers_connect(port):
+                return gw
+            if time.monotonic() > deadline:
+                pytest.fail(f"gateway did not answer CONNECT on {HOST}:{port} within "
+                            f"{ready_timeout}s; log {log_path}:\n{gw.log_tail()}",
+                            pytrace=False)
+            time.sleep(0.1)
+    except BaseException:
+        kill_gateway(gw)
+        raise
+
+
+def stop_gateway(gw: Gateway, timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
+    """SIGTERM, then assert a graceful exit: status 0 within timeout."""
+    try:
+        if gw.proc.poll() is not None:
+            pytest.fail(f"gateway died during the run with status {gw.proc.returncode}; "
+                        f"log {gw.log_path}:\n{gw.log_tail()}", pytrace=False)
+        gw.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = gw.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"gateway did not exit within {timeout}s of SIGTERM; "
+                        f"log {gw.log_path}:\n{gw.log_tail()}", pytrace=False)
+        assert rc == 0, (f"gateway exited with status {rc} after SIGTERM (graceful shutdown "
+                         f"must exit 0); log {gw.log_path}:\n{gw.log_tail()}")
+    finally:
+        kill_gateway(gw)
+
+
+def kill_gateway(gw: Gateway) -> None:
+    if gw.proc.poll() is None:
+        gw.proc.kill()
+        gw.proc.wait(timeout=5)
+
+
