@@ -111,10 +111,18 @@ loopback_users.guest = true
 EOF
     ERL_EPMD_ADDRESS=127.0.0.1 rabbitmq-plugins enable --offline rabbitmq_stomp >&2
     log "starting rabbitmq (STOMP 127.0.0.1:$RABBITMQ_STOMP_PORT)"
-    # Inherited by the broker: the idle scenario holds thousands of connections.
+    # The idle scenario holds thousands of connections: the broker inherits the hard limit.
+    # Debian's wrapper drops to the rabbitmq user through su, whose PAM session resets the
+    # limit to 1024; setpriv changes user without PAM.
     ulimit -n "$(ulimit -Hn)" || true
-    # The Debian wrapper drops to the rabbitmq user itself.
-    ERL_EPMD_ADDRESS=127.0.0.1 setsid nohup rabbitmq-server >"$PEERS_DIR/rabbitmq.log" 2>&1 </dev/null &
+    if command -v setpriv >/dev/null 2>&1; then
+        (cd /var/lib/rabbitmq && HOME=/var/lib/rabbitmq ERL_EPMD_ADDRESS=127.0.0.1 \
+            exec setsid nohup setpriv --reuid=rabbitmq --regid=rabbitmq --init-groups \
+            /usr/lib/rabbitmq/bin/rabbitmq-server) >"$PEERS_DIR/rabbitmq.log" 2>&1 </dev/null &
+    else
+        log "setpriv not found: rabbitmq will run with its user's default file limit"
+        ERL_EPMD_ADDRESS=127.0.0.1 setsid nohup rabbitmq-server >"$PEERS_DIR/rabbitmq.log" 2>&1 </dev/null &
+    fi
     echo $! >"$PEERS_DIR/rabbitmq.pid"
     sleep 2
     wait_ready rabbitmq "$RABBITMQ_STOMP_PORT" rabbitmq_running

@@ -323,7 +323,7 @@ fn params(c: &Common, scenario: &Scenario) -> Map<String, Value> {
 
 fn run(cli: &Cli) -> Result<Report, LoadError> {
     let c = &cli.common;
-    if !(c.duration_s > 0.0) || c.warmup_s < 0.0 || c.drain_s < 0.0 || c.rate < 0.0 {
+    if c.duration_s.is_nan() || c.duration_s <= 0.0 || c.warmup_s < 0.0 || c.drain_s < 0.0 || c.rate < 0.0 {
         return Err(LoadError::Setup(
             "--duration-s must be > 0; --warmup-s, --drain-s and --rate must be >= 0".into(),
         ));

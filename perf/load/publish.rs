@@ -16,6 +16,9 @@ use crate::Shared;
 
 /// Write when this much is buffered (and always before waiting or sleeping).
 const FLUSH_AT: usize = 128 * 1024;
+/// Paced mode wakes at most once per tick and sends what is due: above 1000 msg/s per
+/// publisher that is a small burst per millisecond instead of a wake-up per message.
+const PACE_TICK_NS: u64 = 1_000_000;
 /// Paced mode never catches up by more than this many messages in one burst.
 const MAX_BURST: u64 = 1000;
 
@@ -135,7 +138,7 @@ impl Sender {
             }
             self.flush()?;
             shared.sent.fetch_add(self.seq - before, Ordering::Relaxed);
-            let next = due_at(self.seq).min(shared.window.end_ns);
+            let next = due_at(self.seq).max(now_ns() + PACE_TICK_NS).min(shared.window.end_ns);
             let now = now_ns();
             if next > now {
                 std::thread::sleep(Duration::from_nanos(next - now));

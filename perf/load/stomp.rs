@@ -200,7 +200,10 @@ pub fn encode(out: &mut Vec<u8>, command: &str, headers: &[(&str, &[u8])], body:
 mod tests {
     use super::*;
 
-    fn all_frames(input: &[u8], piece: usize) -> Vec<(Vec<u8>, Option<Vec<u8>>, Vec<u8>)> {
+    /// (command, `ack` header, body) of one decoded frame.
+    type Decoded = (Vec<u8>, Option<Vec<u8>>, Vec<u8>);
+
+    fn all_frames(input: &[u8], piece: usize) -> Vec<Decoded> {
         let mut dec = Decoder::default();
         let mut buf = Vec::new();
         let mut out = Vec::new();

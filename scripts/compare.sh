@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# stompgate vs. peer brokers, same harness, same scenarios, interleaved.
+#
+#   scripts/compare.sh                      build, start everything, run, print the table
+#   scripts/compare.sh --summarize FILE     print the table for an earlier results file
+#
+# Settings (environment):
+#   RUNS=3                      runs per scenario and broker (the table shows medians)
+#   PEERS="rabbitmq activemq"   peers to start with scripts/peers.sh (a peer that cannot be
+#                               installed or started is skipped with a warning)
+#   DURATION_S=10 WARMUP_S=2    measured window and warm-up per scenario run
+#   IDLE_CONNECTIONS=5000       connections held by the idle scenario
+#   STOMPGATE_PORT=61613        stompgate's STOMP port (peers: see scripts/peers.sh)
+#   STOMPGATE_ARGS=""           extra flags for stompgate (it always gets --cores 2)
+#   KEEP_PEERS=0                1 = leave the peers running afterwards
+#
+# Scenarios: fanout 1->4 unbounded (receipt every 1000); fanout 1->4 at --rate 2000 (latency);
+# queue 2->2; connect (4 workers); idle. Every broker is loopback-only.
+# Raw results: perf/results/compare-<UTC time>.jsonl, one line per run:
+#   {"run":N,"case":"...","broker":"...","exit":RC,"result":<stompgate-load --json line or null>}
+# Exit 3 from the harness (loss or duplicates) is recorded, not fatal. The machine running
+# this should be otherwise idle: every broker here shares its cores with the harness.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+summarize() {
+    python3 - "$1" <<'PY'
+import json, statistics, sys
+
+path = sys.argv[1]
+rows = [json.loads(l) for l in open(path) if l.strip()]
+brokers = ["stompgate"] if any(r["broker"] == "stompgate" for r in rows) else []
+for r in rows:
+    if r["broker"] not in brokers:
+        brokers.append(r["broker"])
+cases = []
+for r in rows:
+    if r["case"] not in cases:
+        cases.append(r["case"])
+
+# (metric, higher is better?) per scenario kind
+METRICS = {
+    "fanout": [("delivered_per_s", True), ("p50_us", False), ("p99_us", False),
+               ("server_cpu_us_per_msg", False), ("harness_cpu_us_per_msg", False),
+               ("lost", False), ("duplicated", False)],
+    "queue": [("delivered_per_s", True), ("p50_us", False), ("p99_us", False),
+              ("server_cpu_us_per_msg", False), ("lost", False), ("duplicated", False)],
+    "connect": [("connections_per_s", True), ("p99_us", False), ("server_cpu_us_per_msg", False)],
+    "idle": [("rss_per_conn_bytes", False), ("open_per_s", True), ("dropped", False)],
+}
+RATE_METRICS = [("delivered_per_s", True), ("p50_us", False), ("p99_us", False), ("p999_us", False),
+                ("server_cpu_us_per_msg", False), ("lost", False)]
+
+def median(case, broker, metric):
+    vals = [r["result"][metric] for r in rows
+            if r["case"] == case and r["broker"] == broker and r["result"]
+            and r["result"].get(metric) is not None]
+    return (statistics.median(vals), len(vals)) if vals else (None, 0)
+
+def fmt(v):
+    if v is None:
+        return "–"
+    if abs(v) >= 100 or v == int(v):
+        return f"{v:,.0f}"
+    return f"{v:.2f}"
+
+peers = [b for b in brokers if b != "stompgate"]
+head = ["case", "metric"] + brokers + [f"stompgate/{p}" for p in peers]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for case in cases:
+    kinds = {r["result"]["scenario"] for r in rows if r["case"] == case and r["result"]}
+    kind = kinds.pop() if kinds else None
+    metrics = RATE_METRICS if case.startswith("fanout-rate") else METRICS.get(kind, [])
+    for metric, higher in metrics:
+        vals = {b: median(case, b, metric)[0] for b in brokers}
+        cells = [case, metric + (" ↑" if higher else " ↓")] + [fmt(vals[b]) for b in brokers]
+        for p in peers:
+            a, b = vals.get("stompgate"), vals.get(p)
+            cells.append(f"{a / b:.2f}" if a is not None and b not in (None, 0) else "–")
+        print("| " + " | ".join(cells) + " |")
+print("\nlost/duplicated count window messages; delivered_per_s counts only what arrived inside "
+      "the window. idle rss_per_conn_bytes of a JVM broker (activemq) only shows heap growth "
+      "beyond what the JVM had already mapped.")
+failed = [r for r in rows if r["exit"] not in (0, 3)]
+runs = max((r["run"] for r in rows), default=0)
+print(f"\nmedians of {runs} run(s); ↑ higher is better, ↓ lower is better; source: {path}")
+if failed:
+    print(f"{len(failed)} run(s) failed (exit 1/2): "
+          + ", ".join(f'{r["case"]}/{r["broker"]}#{r["run"]}' for r in failed))
+PY
+}
+
+if [ "${1:-}" = "--summarize" ]; then
+    [ $# -eq 2 ] || { echo "usage: $0 --summarize FILE" >&2; exit 2; }
+    summarize "$2"
+    exit 0
+fi
+
+RUNS="${RUNS:-3}"
+PEERS="${PEERS-rabbitmq activemq}"
+DURATION_S="${DURATION_S:-10}"
+WARMUP_S="${WARMUP_S:-2}"
+IDLE_CONNECTIONS="${IDLE_CONNECTIONS:-5000}"
+STOMPGATE_PORT="${STOMPGATE_PORT:-61613}"
+STOMPGATE_ARGS="${STOMPGATE_ARGS:-}"
+KEEP_PEERS="${KEEP_PEERS:-0}"
+PEERS_DIR="${PEERS_DIR:-/tmp/stompgate-peers}"
+export PEERS_DIR
+
+if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+    # shellcheck disable=SC1091
+    . "$HOME/.cargo/env"
+fi
+
+stomp_ready() { # PORT
+    timeout 3 bash -c '
+        exec 3<>/dev/tcp/127.0.0.1/'"$1"' || exit 1
+        printf "CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:0,0\n\n\0" >&3
+        IFS= read -r line <&3 || exit 1
+        printf "DISCONNECT\n\n\0" >&3
+        [ "${line%$'"'"'\r'"'"'}" = CONNECTED ]
+    ' 2>/dev/null
+}
+
+echo "== cargo build --release" >&2
+cargo build --release --bin stompgate --bin stompgate-load >&2
+LOAD="$ROOT/target/release/stompgate-load"
+
+ulimit -n "$(ulimit -Hn)" || true
+SG_PID=""
+STARTED_PEERS=()
+cleanup() {
+    if [ -n "$SG_PID" ] && kill -0 "$SG_PID" 2>/dev/null; then
+        kill -TERM "$SG_PID" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$SG_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$SG_PID" 2>/dev/null && kill -KILL "$SG_PID" 2>/dev/null || true
+    fi
+    if [ "$KEEP_PEERS" != 1 ]; then
+        for p in "${STARTED_PEERS[@]}"; do scripts/peers.sh stop "$p" || true; done
+    fi
+}
+trap cleanup EXIT
+
+if stomp_ready "$STOMPGATE_PORT"; then
+    echo "compare.sh: something already answers STOMP on 127.0.0.1:$STOMPGATE_PORT; set STOMPGATE_PORT" >&2
+    exit 1
+fi
+mkdir -p "$PEERS_DIR"
+# shellcheck disable=SC2086
+"$ROOT/target/release/stompgate" --stomp-addr "127.0.0.1:$STOMPGATE_PORT" --cores 2 $STOMPGATE_ARGS \
+    >"$PEERS_DIR/stompgate.log" 2>&1 &
+SG_PID=$!
+for _ in $(seq 1 100); do stomp_ready "$STOMPGATE_PORT" && break; sleep 0.1; done
+stomp_ready "$STOMPGATE_PORT" || { echo "compare.sh: stompgate did not start (log: $PEERS_DIR/stompgate.log)" >&2; exit 1; }
+
+declare -A PORT PID
+BROKERS=(stompgate)
+PORT[stompgate]="$STOMPGATE_PORT"
+PID[stompgate]="$SG_PID"
+for p in $PEERS; do
+    if scripts/peers.sh start "$p"; then
+        STARTED_PEERS+=("$p")
+        PORT[$p]="$(scripts/peers.sh port "$p")"
+        case "$p" in
+        rabbitmq) PID[$p]="$(pgrep -u rabbitmq -o beam.smp || true)" ;;
+        activemq) PID[$p]="$(cat "$PEERS_DIR/activemq.pid" 2>/dev/null || true)" ;;
+        esac
+        BROKERS+=("$p")
+    else
+        echo "compare.sh: WARNING: peer $p is not available; comparing without it" >&2
+    fi
+done
+
+CASES=(fanout fanout-rate2k queue connect idle)
+case_args() {
+    case "$1" in
+    fanout) echo "fanout --subscribers 4 --rate 0 --receipt-every 1000" ;;
+    fanout-rate2k) echo "fanout --subscribers 4 --rate 2000" ;;
+    queue) echo "queue --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
+    connect) echo "connect --workers 4" ;;
+    idle) echo "idle --connections $IDLE_CONNECTIONS --workers 4" ;;
+    esac
+}
+
+mkdir -p perf/results
+OUT="perf/results/compare-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
+echo "compare.sh: brokers: ${BROKERS[*]}; $RUNS run(s); results: $OUT" >&2
+n=${#BROKERS[@]}
+for run in $(seq 1 "$RUNS"); do
+    for case in "${CASES[@]}"; do
+        for i in $(seq 0 $((n - 1))); do
+            # Rotate the order each run so no broker always goes first.
+            b="${BROKERS[$(((i + run) % n))]}"
+            pid_args=()
+            [ -n "${PID[$b]:-}" ] && pid_args=(--server-pid "${PID[$b]}")
+            echo "== run $run/$RUNS: $case on $b (127.0.0.1:${PORT[$b]})" >&2
+            rc=0
+            # shellcheck disable=SC2046
+            line="$(timeout 300 "$LOAD" $(case_args "$case") --host 127.0.0.1 --port "${PORT[$b]}" \
+                --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "cmp-$case-$run-$$" \
+                --label "$b" --json --quiet "${pid_args[@]}")" || rc=$?
+            [ -n "$line" ] || line=null
+            printf '{"run":%d,"case":"%s","broker":"%s","exit":%d,"result":%s}\n' \
+                "$run" "$case" "$b" "$rc" "$line" >>"$OUT"
+            sleep 1
+        done
+    done
+done
+
+summarize "$OUT"
