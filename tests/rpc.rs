@@ -87,6 +87,11 @@ fn reply_to_not_subscribed_is_an_error_and_closes() {
         c.send("SEND", &[("destination", &format!("/query/{}", service())), ("reply-to", reply_to)], b"");
         c.expect_error_then_close("reply-to not subscribed");
     }
+    // A reply subscription that was unsubscribed does not count.
+    let mut c = requester(&server);
+    c.send_sync("UNSUBSCRIBE", &[("id", "rs")], b"");
+    c.send("SEND", &[("destination", &format!("/command/{}", service())), ("reply-to", "/reply/r1")], b"");
+    c.expect_error_then_close("reply-to not subscribed");
     // A reply subscription on another connection does not count.
     let _other = requester(&server);
     let mut c = server.connected();

@@ -86,7 +86,7 @@ impl Events {
         }
         for (core, subs) in per_core.into_iter().enumerate() {
             if !subs.is_empty() {
-                out.push((core, CoreMsg::Deliver { pattern, msg: Arc::clone(msg), subs }));
+                out.push((core, CoreMsg::Deliver { pattern, msg: Arc::clone(msg), subs, done: None }));
             }
         }
     }

@@ -87,7 +87,7 @@ impl Store {
         let _ = now_ns;
         for seq in from..=last {
             if let Some(m) = ch.log.get(seq) {
-                out.push((interest.sub.core, CoreMsg::Deliver { pattern: Pattern::EventsStore, msg: Arc::clone(m), subs: vec![interest.sub] }));
+                out.push((interest.sub.core, CoreMsg::Deliver { pattern: Pattern::EventsStore, msg: Arc::clone(m), subs: vec![interest.sub], done: None }));
             }
         }
         ch.live.subscribe(channel, false, interest);

@@ -7,7 +7,7 @@ use crate::model::{Channel, Message, Pattern};
 use crate::route::{write_egress_destination, write_egress_tag_headers};
 use crate::runtime::core::{Core, Metrics, OVERFLOW_PAUSE};
 use crate::runtime::event::LocalEvent;
-use crate::runtime::msg::{ConnId, CoreId, CoreMsg, RpcOutcome};
+use crate::runtime::msg::{ConnId, CoreId, CoreMsg, RpcOutcome, Ticket};
 use crate::session::{self, Session};
 use crate::stomp::{Command, Decoded, Decoder, FrameWriter, Limits, Version, WireError};
 use ahash::AHashMap;
@@ -43,7 +43,46 @@ pub struct LocalSub {
     pub queued: u32,
     /// Queue delivery tags awaiting the client's ACK/NACK, in delivery order.
     pub unacked: VecDeque<u64>,
+    /// Events deliveries waiting for room behind a full buffer, oldest first.
+    pub parked: VecDeque<Parked>,
 }
+
+/// An events delivery waiting for its subscriber's buffer to drain.
+#[derive(Debug)]
+pub struct Parked {
+    pattern: Pattern,
+    msg: Arc<Message>,
+    since: Instant,
+    ticket: Option<Ticket>,
+}
+
+impl Parked {
+    pub fn ticket(&self) -> Option<Ticket> {
+        self.ticket
+    }
+}
+
+/// What became of one events delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// In the write queue.
+    Queued,
+    /// Behind a full buffer; it goes out when the subscriber drains, or is dropped after
+    /// `SLOW_SUBSCRIBER_GRACE`.
+    Parked,
+    /// Lost for this subscriber (counted): its buffer stayed full.
+    Dropped,
+    /// No such subscription (any more).
+    Gone,
+}
+
+/// KubeMQ's slow-consumer rule: a delivery that waits this long for a full subscriber's
+/// buffer is dropped for that subscriber.
+pub const SLOW_SUBSCRIBER_GRACE: Duration = Duration::from_secs(2);
+
+/// At most this many SubBuffSize-worths of deliveries wait behind one full subscriber; more is
+/// dropped at once, so a stalled client cannot hold unbounded memory.
+const PARK_LIMIT_FACTOR: usize = 16;
 
 /// What the writer must do once a frame has gone out.
 #[derive(Clone, Copy, Debug)]
@@ -193,12 +232,12 @@ impl Conn {
         token
     }
 
-    /// One confirmation for `token` arrived (or, with `waiting == 0`, none was needed).
-    pub fn ticket_done(&self, core: &Core, token: u64) {
+    /// One confirmation for `token` arrived, announcing `more` still to come.
+    pub fn ticket_done(&self, core: &Core, token: u64, more: u32) {
         {
             let mut r = self.receipts.borrow_mut();
             if let Some(p) = r.iter_mut().find(|p| p.token == token) {
-                p.waiting = p.waiting.saturating_sub(1);
+                p.waiting = (p.waiting + more).saturating_sub(1);
             }
         }
         self.flush_receipts(core);
@@ -227,25 +266,39 @@ impl Conn {
 
     // ---- deliveries (called by the core) ----
 
-    /// Writes an Events / Events-Store MESSAGE, unless this subscription's buffer is full
-    /// (then the delivery is dropped for this subscriber only, and counted).
-    pub fn deliver_event(&self, core: &Core, pattern: Pattern, msg: &Arc<Message>, sub_no: u32) {
+    /// Delivers an Events / Events-Store message to one subscription. The buffer is "full"
+    /// when SubBuffSize frames wait *and* the socket is refusing bytes (frames queued during
+    /// one burst that the writer has not reached yet are no sign of a slow subscriber). A
+    /// delivery that finds it full waits (parked, in order) for up to
+    /// `SLOW_SUBSCRIBER_GRACE`, then is dropped for this subscriber only (seed 003; KubeMQ's
+    /// 2 s rule).
+    pub fn deliver_event(&self, core: &Core, pattern: Pattern, msg: &Arc<Message>, sub_no: u32, ticket: Option<Ticket>) -> Delivery {
         if self.is_closing() {
-            return;
+            return Delivery::Gone;
         }
         let mut subs = self.subs.borrow_mut();
-        let Some(sub) = subs.get_mut(&sub_no) else { return };
-        // "Full" means SubBuffSize frames wait *and* the socket is not taking bytes: frames
-        // queued during one burst that the writer has simply not reached yet are not a slow
-        // subscriber, and dropping them would lose messages a healthy client would read.
-        if sub.queued as usize >= core.cfg.sub_buff_size && self.write_blocked.get() {
-            Metrics::add(&core.metrics.deliveries_dropped, 1);
-            return;
+        let Some(sub) = subs.get_mut(&sub_no) else { return Delivery::Gone };
+        let limit = core.cfg.sub_buff_size;
+        let full = !sub.parked.is_empty() || (sub.queued as usize >= limit && self.write_blocked.get());
+        if full {
+            if sub.parked.len() >= limit * PARK_LIMIT_FACTOR {
+                Metrics::add(&core.metrics.deliveries_dropped, 1);
+                return Delivery::Dropped;
+            }
+            sub.parked.push_back(Parked { pattern, msg: Arc::clone(msg), since: Instant::now(), ticket });
+            return Delivery::Parked;
         }
+        let mut wq = self.wq.borrow_mut();
+        self.write_event(core, &mut wq, sub, sub_no, pattern, msg);
+        drop(wq);
+        self.write_ready.set();
+        Delivery::Queued
+    }
+
+    /// Encodes one events MESSAGE into the write queue.
+    fn write_event(&self, core: &Core, wq: &mut WriteQueue, sub: &mut LocalSub, sub_no: u32, pattern: Pattern, msg: &Message) {
         let v12 = self.version.get() == Version::V1_2;
         let needs_ack = v12 && sub.ack != AckMode::Auto;
-        let mut wq = self.wq.borrow_mut();
-        let wq = &mut *wq;
         let mut w = FrameWriter::begin(&mut wq.buf, self.version.get(), Command::Message);
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
@@ -271,7 +324,38 @@ impl Conn {
         sub.queued += 1;
         wq.sent.push(Sent::Event(sub_no));
         Metrics::add(&core.metrics.messages_delivered, 1);
-        self.write_ready.set();
+    }
+
+    /// Moves parked deliveries into the write queue while their subscription has room, and
+    /// drops those parked longer than `SLOW_SUBSCRIBER_GRACE`. Returns the tickets of the
+    /// deliveries it settled.
+    fn unpark(&self, core: &Core, now: Instant, settled: &mut Vec<Ticket>) {
+        if self.is_closing() {
+            return;
+        }
+        let limit = core.cfg.sub_buff_size;
+        let mut subs = self.subs.borrow_mut();
+        let mut wq = self.wq.borrow_mut();
+        let mut wrote = false;
+        for (&sub_no, sub) in subs.iter_mut() {
+            while let Some(p) = sub.parked.front() {
+                if now.duration_since(p.since) >= SLOW_SUBSCRIBER_GRACE {
+                    Metrics::add(&core.metrics.deliveries_dropped, 1);
+                } else if (sub.queued as usize) < limit || !self.write_blocked.get() {
+                    let (pattern, msg) = (p.pattern, Arc::clone(&p.msg));
+                    self.write_event(core, &mut wq, sub, sub_no, pattern, &msg);
+                    wrote = true;
+                } else {
+                    break;
+                }
+                let p = sub.parked.pop_front().expect("front exists");
+                settled.extend(p.ticket);
+            }
+        }
+        drop(wq);
+        if wrote {
+            self.write_ready.set();
+        }
     }
 
     /// Writes a queue MESSAGE. Returns false if the subscription is gone, so the core gives
@@ -366,8 +450,19 @@ impl Conn {
         );
     }
 
-    /// Heart-beat duties, called by the core's periodic tick.
-    pub fn heartbeat_tick(&self, now: Instant) {
+    /// Periodic duties, called by the core's tick: the slow-subscriber rule for parked
+    /// deliveries, then heart-beats.
+    pub fn tick(&self, core: &Rc<Core>, now: Instant) {
+        let mut settled = Vec::new();
+        self.unpark(core, now, &mut settled);
+        for t in settled {
+            core.confirm_parked(t);
+        }
+        self.heartbeat_tick(now);
+    }
+
+    /// Heart-beat duties.
+    fn heartbeat_tick(&self, now: Instant) {
         if !self.connected.get() || self.is_closing() {
             return;
         }
@@ -610,7 +705,14 @@ fn after_write(core: &Rc<Core>, conn: &Conn, sent: &mut Vec<Sent>) {
             }
         }
     }
+    // Room was made: parked deliveries follow, in order, and their receipts are confirmed.
+    let mut settled = Vec::new();
+    conn.unpark(core, Instant::now(), &mut settled);
+    for t in settled {
+        core.confirm_parked(t);
+    }
     if acks.is_empty() {
+        core.drain_local();
         return;
     }
     let subs = conn.subs.borrow();

@@ -3,7 +3,7 @@
 use super::msg::{ConnId, CoreId, CoreMsg, Ticket};
 use crate::array::{Outbox, Shard};
 use crate::config::Config;
-use crate::conn::Conn;
+use crate::conn::{Conn, Delivery};
 use crate::model::now_unix_ns;
 use crate::model::Pattern;
 use ahash::AHashMap;
@@ -72,6 +72,8 @@ pub struct Core {
     next_conn: Cell<u64>,
     next_id: Cell<u64>,
     id_arena: RefCell<bytes::BytesMut>,
+    /// Receipted events deliveries parked behind slow subscribers: confirmations still owed.
+    confirms: RefCell<AHashMap<Ticket, u32>>,
     pub stopping: super::event::LocalEvent,
 }
 
@@ -95,6 +97,7 @@ impl Core {
             next_conn: Cell::new(1),
             next_id: Cell::new(1),
             id_arena: RefCell::new(bytes::BytesMut::new()),
+            confirms: RefCell::new(AHashMap::new()),
             stopping: Default::default(),
         })
     }
@@ -233,13 +236,21 @@ impl Core {
                 }
                 drop(shard);
                 if let Some(t) = done {
-                    out.push((t.core, CoreMsg::Done(t)));
+                    // Each delivering core confirms too (see `CoreMsg::Deliver`).
+                    let mut more = 0;
+                    for (_, m) in out.iter_mut() {
+                        if let CoreMsg::Deliver { done, .. } = m {
+                            *done = Some(t);
+                            more += 1;
+                        }
+                    }
+                    out.push((t.core, CoreMsg::Done { ticket: t, more }));
                 }
             }
             CoreMsg::QueueSend { msg, done } => {
                 self.shard.borrow_mut().queues.send(msg, now, &mut out);
                 if let Some(t) = done {
-                    out.push((t.core, CoreMsg::Done(t)));
+                    out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
                 }
             }
             CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch, done } => {
@@ -253,7 +264,7 @@ impl Core {
                 }
                 drop(shard);
                 if let Some(t) = done {
-                    out.push((t.core, CoreMsg::Done(t)));
+                    out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
                 }
             }
             CoreMsg::Unsubscribe { pattern, channel, wildcard, sub, done } => {
@@ -266,13 +277,13 @@ impl Core {
                 }
                 drop(shard);
                 if let Some(t) = done {
-                    out.push((t.core, CoreMsg::Done(t)));
+                    out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
                 }
             }
             CoreMsg::QueueSettle { channel, sub, tags, requeue, done } => {
                 self.shard.borrow_mut().queues.settle(&channel, sub, &tags, requeue, now, &mut out);
                 if let Some(t) = done {
-                    out.push((t.core, CoreMsg::Done(t)));
+                    out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
                 }
             }
             CoreMsg::RpcRequest(req) => self.shard.borrow_mut().rpc.request(*req, now, &mut out),
@@ -285,12 +296,23 @@ impl Core {
             CoreMsg::UnregisterResponder { pattern, channel, responder_id } => {
                 self.shard.borrow_mut().rpc.unregister(pattern, &channel, responder_id)
             }
-            CoreMsg::Barrier(t) => out.push((t.core, CoreMsg::Done(t))),
-            CoreMsg::Deliver { pattern, msg, subs } => {
+            CoreMsg::Barrier(t) => out.push((t.core, CoreMsg::Done { ticket: t, more: 0 })),
+            CoreMsg::Deliver { pattern, msg, subs, done } => {
                 let conns = self.conns.borrow();
+                let mut parked = 0;
                 for sub in subs {
                     if let Some(conn) = conns.get(&sub.conn) {
-                        conn.deliver_event(self, pattern, &msg, sub.sub);
+                        if conn.deliver_event(self, pattern, &msg, sub.sub, done) == Delivery::Parked {
+                            parked += 1;
+                        }
+                    }
+                }
+                drop(conns);
+                if let Some(t) = done {
+                    if parked == 0 {
+                        out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
+                    } else {
+                        *self.confirms.borrow_mut().entry(t).or_insert(0) += parked;
                     }
                 }
             }
@@ -308,10 +330,10 @@ impl Core {
                     conn.deliver_rpc_reply(self, reply_to.sub, pattern, correlation_id, *outcome);
                 }
             }
-            CoreMsg::Done(t) => {
-                let conn = self.conns.borrow().get(&t.conn).cloned();
+            CoreMsg::Done { ticket, more } => {
+                let conn = self.conns.borrow().get(&ticket.conn).cloned();
                 if let Some(conn) = conn {
-                    conn.ticket_done(self, t.token);
+                    conn.ticket_done(self, ticket.token, more);
                 }
             }
         }
@@ -330,9 +352,22 @@ impl Core {
         self.dispatch_all(&mut out);
         let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
         for conn in conns {
-            conn.heartbeat_tick(now);
+            conn.tick(self, now);
         }
         self.drain_local();
+    }
+
+    /// A parked delivery that carried `ticket` was written or dropped: confirm once the last
+    /// such delivery on this core is settled.
+    pub fn confirm_parked(self: &Rc<Self>, ticket: Ticket) {
+        let mut confirms = self.confirms.borrow_mut();
+        let Some(n) = confirms.get_mut(&ticket) else { return };
+        *n -= 1;
+        if *n == 0 {
+            confirms.remove(&ticket);
+            drop(confirms);
+            self.dispatch(ticket.core, CoreMsg::Done { ticket, more: 0 });
+        }
     }
 
     pub fn ticket(&self, conn: ConnId, token: u64) -> Ticket {

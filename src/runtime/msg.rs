@@ -39,7 +39,7 @@ pub enum StartAt {
 
 /// An operation the requesting connection waits for (a RECEIPT, or ordering a DISCONNECT
 /// receipt after everything before it). The owner echoes it back in `Done`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Ticket {
     pub core: CoreId,
     pub conn: ConnId,
@@ -110,13 +110,18 @@ pub enum CoreMsg {
 
     // ---- to the subscriber's core ----
     /// Events / Events-Store delivery of one shared message to some of that core's subscriptions.
-    Deliver { pattern: Pattern, msg: Arc<Message>, subs: Vec<SubRef> },
+    /// With `done`, the core confirms once every one of those subscriptions has the frame in
+    /// its write queue (or has lost it to the slow-subscriber rule): that is what a RECEIPT
+    /// for an events SEND waits for, so a publisher that asks for receipts is paced by its
+    /// subscribers instead of overrunning them.
+    Deliver { pattern: Pattern, msg: Arc<Message>, subs: Vec<SubRef>, done: Option<Ticket> },
     /// One queue delivery, tagged by the owner for ACK/NACK.
     QueueDeliver { sub: SubRef, owner: CoreId, tag: u64, msg: Arc<Message>, redelivered: bool },
     /// The answer to a request, for the requester's `/reply/` subscription.
     RpcReply { reply_to: SubRef, pattern: Pattern, correlation_id: Option<Bytes>, outcome: Box<RpcOutcome> },
-    /// The owner finished an operation that carried a ticket.
-    Done(Ticket),
+    /// One confirmation for a ticket; `more` further confirmations will follow (an events
+    /// publish answers with the number of cores it delivered to).
+    Done { ticket: Ticket, more: u32 },
 }
 
 // Messages are moved through fixed-size rings: keep them small (bodies travel as shared `Arc`s).

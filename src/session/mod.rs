@@ -298,6 +298,7 @@ fn on_subscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
             owner,
             queued: 0,
             unacked: Default::default(),
+            parked: Default::default(),
         },
     );
     if dest.pattern == Pattern::Reply {
@@ -330,7 +331,13 @@ fn on_subscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
 /// Removes a subscription locally and tells its owner(s). Returns how many owners will
 /// confirm (`done` tickets sent).
 fn drop_subscription(core: &Rc<Core>, conn: &Conn, sub_no: u32, token: Option<u64>) -> u32 {
-    let Some(sub) = conn.subs.borrow_mut().remove(&sub_no) else { return 0 };
+    let Some(mut sub) = conn.subs.borrow_mut().remove(&sub_no) else { return 0 };
+    // Parked deliveries die with the subscription; receipts waiting on them must not.
+    for parked in sub.parked.drain(..) {
+        if let Some(t) = parked.ticket() {
+            core.confirm_parked(t);
+        }
+    }
     if sub.pattern == Pattern::Reply {
         conn.session.borrow_mut().reply_subs.remove(&sub.channel.0);
         return 0;
@@ -375,7 +382,7 @@ fn on_unsubscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
     drop_subscription(core, conn, sub_no, token);
     if let Some(t) = token {
         if owners == 0 {
-            conn.ticket_done(core, t);
+            conn.ticket_done(core, t, 0);
         }
     }
     Ok(())
