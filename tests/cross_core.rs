@@ -6,9 +6,8 @@
 //!
 //! Setup: each test runs its own two-core gateway (`TestServer`); a connection's core is read
 //! from CONNECTED's `session:stompgate-<core>-<conn>` and tests place connections on the core
-//! they need (`connected_on`). SubBuffSize is raised to 10000 so that a burst of a few hundred
-//! messages never meets the (separately tested, events.rs) full-buffer drop: these tests are
-//! about routing and order, not the buffer.
+//! they need (`connected_on`). Subscribers read promptly, so the default SubBuffSize (100) is
+//! never full for them even though publishers send bursts of a few hundred messages.
 mod common;
 use common::flow::*;
 use common::*;
@@ -17,7 +16,7 @@ use std::time::{Duration, Instant};
 use stompgate::model::Pattern;
 
 fn server() -> TestServer {
-    TestServer::start_with(|c| c.sub_buff_size = 10_000)
+    TestServer::start()
 }
 
 fn index_of(body: &str, prefix: &str) -> usize {

@@ -39,13 +39,8 @@ fn expect_message_headers<'a>(m: &'a Frame, dest: &'a str, rest: &[(&'a str, &'a
     h
 }
 
-const STANDARD: [(&str, &str); 5] = [
-    ("content-type", "application/json"),
-    ("correlation-id", "corr-1"),
-    ("reply-to", "/queue/replies"),
-    ("priority", "9"),
-    ("type", "order.created"),
-];
+const STANDARD: [(&str, &str); 5] =
+    [("content-type", "application/json"), ("correlation-id", "corr-1"), ("reply-to", "/queue/replies"), ("priority", "9"), ("type", "order.created")];
 
 #[test]
 fn standard_five_headers_round_trip_on_events() {
@@ -90,12 +85,7 @@ fn custom_headers_pass_through_name_as_is() {
 fn duplicate_header_first_wins() {
     let server = TestServer::start();
     let dest = format!("/topic/{}", unique("dup"));
-    let m = roundtrip(
-        &server,
-        &dest,
-        &[("x-dup", "first"), ("content-type", "text/plain"), ("x-dup", "second"), ("content-type", "application/json")],
-        b"b",
-    );
+    let m = roundtrip(&server, &dest, &[("x-dup", "first"), ("content-type", "text/plain"), ("x-dup", "second"), ("content-type", "application/json")], b"b");
     assert_headers(&m, &expect_message_headers(&m, &dest, &[("content-type", "text/plain"), ("x-dup", "first")], "1"));
 }
 
@@ -301,10 +291,7 @@ fn native_stomp_tag_wins_over_bare_tag_and_metadata_surfaces() {
         "meta-1",
     );
     let m = sub.frame();
-    assert_headers(
-        &m,
-        &expect_message_headers(&m, &dest, &[("x-kubemq-metadata", "meta-1"), ("content-type", "stomp/wins"), ("x-native", "kept")], "6"),
-    );
+    assert_headers(&m, &expect_message_headers(&m, &dest, &[("x-kubemq-metadata", "meta-1"), ("content-type", "stomp/wins"), ("x-native", "kept")], "6"));
     assert_eq!(m.body, b"native");
 }
 

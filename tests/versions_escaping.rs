@@ -24,16 +24,9 @@ fn connected_version(server: &TestServer, accept_version: &str) -> Frame {
 #[test]
 fn accept_version_picks_the_highest_common_version() {
     let server = TestServer::start();
-    for (offered, agreed) in [
-        ("1.0", "1.0"),
-        ("1.1", "1.1"),
-        ("1.2", "1.2"),
-        ("1.1,1.2", "1.2"),
-        ("1.2,1.1", "1.2"),
-        (" 1.2 , 1.0 ", "1.2"),
-        ("1.0,1.1", "1.1"),
-        ("1.1,2.0", "1.1"),
-    ] {
+    for (offered, agreed) in
+        [("1.0", "1.0"), ("1.1", "1.1"), ("1.2", "1.2"), ("1.1,1.2", "1.2"), ("1.2,1.1", "1.2"), (" 1.2 , 1.0 ", "1.2"), ("1.0,1.1", "1.1"), ("1.1,2.0", "1.1")]
+    {
         let f = connected_version(&server, offered);
         assert_eq!(f.header("version"), Some(agreed), "accept-version:{offered:?}");
     }
@@ -174,12 +167,7 @@ fn v11_subscriber_drops_a_value_with_cr_and_stays_connected() {
 #[test]
 fn v10_subscriber_drops_values_with_lf_or_cr_and_stays_connected() {
     let server = TestServer::start();
-    let (m, mut sub) = cross(
-        &server,
-        "1.2",
-        "1.0",
-        &[("x-lf", "a\\nb"), ("x-cr", "a\\rb"), ("x\\cname", "v"), ("x-colon", "a\\cb"), ("x-keep", "ok")],
-    );
+    let (m, mut sub) = cross(&server, "1.2", "1.0", &[("x-lf", "a\\nb"), ("x-cr", "a\\rb"), ("x\\cname", "v"), ("x-colon", "a\\cb"), ("x-keep", "ok")]);
     let mid = m.header("message-id").unwrap().to_string();
     // 1.0 does not escape: the colon goes out raw (the reader splits at the first one).
     assert_headers(

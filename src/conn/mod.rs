@@ -105,6 +105,8 @@ struct PendingReceipt {
     receipt: Option<Bytes>,
     waiting: u32,
     disconnect: bool,
+    /// An ERROR to send once everything before it is confirmed (then close).
+    error: Option<(WireError, Option<Bytes>)>,
 }
 
 pub struct Conn {
@@ -124,6 +126,8 @@ pub struct Conn {
     close_after_flush: Cell<bool>,
     /// The socket refused more bytes on the last write attempt (the peer is not reading).
     write_blocked: Cell<bool>,
+    /// An ERROR is queued behind pending receipts: stop handling frames.
+    failing: Cell<bool>,
     pub subs: RefCell<AHashMap<u32, LocalSub>>,
     pub session: RefCell<Session>,
     receipts: RefCell<VecDeque<PendingReceipt>>,
@@ -156,6 +160,7 @@ impl Conn {
             dead: Cell::new(false),
             close_after_flush: Cell::new(false),
             write_blocked: Cell::new(false),
+            failing: Cell::new(false),
             subs: RefCell::new(AHashMap::new()),
             session: RefCell::new(Session::default()),
             receipts: RefCell::new(VecDeque::new()),
@@ -165,7 +170,7 @@ impl Conn {
     }
 
     pub fn is_closing(&self) -> bool {
-        self.dead.get() || self.close_after_flush.get()
+        self.dead.get() || self.close_after_flush.get() || self.failing.get()
     }
 
     /// Appends one server frame built by `build`, and wakes the writer.
@@ -191,6 +196,20 @@ impl Conn {
         if self.is_closing() {
             return;
         }
+        // Frames before the failing one took effect and their RECEIPTs are owed: the ERROR
+        // waits behind them (shutdown does not: owners may already be gone).
+        if err != WireError::ShuttingDown && self.has_pending_receipts() {
+            if !self.failing.get() {
+                self.failing.set(true);
+                self.expect(None, 0, false);
+                self.receipts.borrow_mut().back_mut().expect("just pushed").error = Some((err, receipt.map(Bytes::copy_from_slice)));
+            }
+            return;
+        }
+        self.write_error(core, err, receipt);
+    }
+
+    fn write_error(&self, core: &Core, err: WireError, receipt: Option<&[u8]>) {
         tracing::debug!(core = core.id, conn = self.id.0, error = err.message(), "closing connection with ERROR");
         let hint = err.hint().as_bytes();
         self.write_frame(
@@ -228,7 +247,7 @@ impl Conn {
     pub fn expect(&self, receipt: Option<Bytes>, waiting: u32, disconnect: bool) -> u64 {
         let token = self.next_token.get();
         self.next_token.set(token + 1);
-        self.receipts.borrow_mut().push_back(PendingReceipt { token, receipt, waiting, disconnect });
+        self.receipts.borrow_mut().push_back(PendingReceipt { token, receipt, waiting, disconnect, error: None });
         token
     }
 
@@ -256,6 +275,11 @@ impl Conn {
             let Some(p) = head else { break };
             if let Some(receipt) = &p.receipt {
                 self.write_receipt(core, receipt);
+            }
+            if let Some((err, receipt)) = &p.error {
+                self.write_error(core, *err, receipt.as_deref());
+                self.receipts.borrow_mut().clear();
+                break;
             }
             if p.disconnect {
                 self.close_after_flush.set(true);
@@ -467,7 +491,7 @@ impl Conn {
             return;
         }
         let (send_every, expect_every) = self.heartbeat.get();
-        if expect_every > 0 && now.duration_since(self.last_read.get()) > Duration::from_millis(expect_every * 2) {
+        if expect_every > 0 && now.duration_since(self.last_read.get()) > Duration::from_millis(expect_every.saturating_mul(2)) {
             tracing::debug!(conn = self.id.0, "heart-beat watchdog: peer silent, closing");
             self.kill();
             return;
@@ -597,7 +621,7 @@ async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut stream::ReadHalf) 
                         crate::stomp::DecodeError::FrameTooLarge => WireError::FrameTooLarge,
                         crate::stomp::DecodeError::Malformed => WireError::MalformedFrame,
                     };
-                    conn.fail(core, err, None);
+                    conn.fail(core, err, decoder.error_receipt().map(|r| &r[..]));
                     break 'read;
                 }
             }

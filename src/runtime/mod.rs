@@ -239,7 +239,22 @@ async fn run_core(
     ready: std::sync::mpsc::Sender<Result<(), StartError>>,
 ) {
     let cores = cfg.cpus.len();
-    let (senders, mut receivers) = match mesh.join().await {
+    // glommio's mesh join can miss the wake-up for a peer that connects while this executor
+    // is parked with no timer armed (glommio issue #261): a short ticking task keeps the
+    // reactor turning until the join completes.
+    let joined = Rc::new(std::cell::Cell::new(false));
+    let poker = {
+        let joined = Rc::clone(&joined);
+        glommio::spawn_local(async move {
+            while !joined.get() {
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    let joining = mesh.join().await;
+    joined.set(true);
+    poker.await;
+    let (senders, mut receivers) = match joining {
         Ok(x) => x,
         Err(e) => {
             let _ = ready.send(Err(StartError::Executor { cpu: usize::MAX, reason: e.to_string() }));

@@ -34,8 +34,9 @@ pub struct Session {
     /// Client subscription `id` → local subscription number.
     subs_by_id: AHashMap<Bytes, u32>,
     next_sub: u32,
-    /// `/reply/<name>` channel → local subscription number.
-    reply_subs: AHashMap<Bytes, u32>,
+    /// `/reply/<name>` channel → its local subscription numbers (oldest first); replies go to
+    /// the first, and the name stays usable while any of them remains.
+    reply_subs: AHashMap<Bytes, Vec<u32>>,
     /// Open transactions and the frames they hold.
     txs: AHashMap<Bytes, Vec<Frame>>,
     client_id: Bytes,
@@ -243,7 +244,7 @@ fn rpc_reply_sub(core: &Core, conn: &Conn, frame: &Frame) -> Result<u32, (WireEr
     if dest.pattern != Pattern::Reply {
         return Err(not_subscribed());
     }
-    conn.session.borrow().reply_subs.get(&dest.channel.0).copied().ok_or_else(not_subscribed)
+    conn.session.borrow().reply_subs.get(&dest.channel.0).and_then(|subs| subs.first().copied()).ok_or_else(not_subscribed)
 }
 
 fn on_subscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
@@ -282,7 +283,7 @@ fn on_subscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
         let n = session.next_sub;
         session.subs_by_id.insert(id.clone(), n);
         if dest.pattern == Pattern::Reply {
-            session.reply_subs.insert(dest.channel.0.clone(), n);
+            session.reply_subs.entry(dest.channel.0.clone()).or_default().push(n);
         }
         n
     };
@@ -339,7 +340,13 @@ fn drop_subscription(core: &Rc<Core>, conn: &Conn, sub_no: u32, token: Option<u6
         }
     }
     if sub.pattern == Pattern::Reply {
-        conn.session.borrow_mut().reply_subs.remove(&sub.channel.0);
+        let mut session = conn.session.borrow_mut();
+        if let Some(subs) = session.reply_subs.get_mut(&sub.channel.0) {
+            subs.retain(|&n| n != sub_no);
+            if subs.is_empty() {
+                session.reply_subs.remove(&sub.channel.0);
+            }
+        }
         return 0;
     }
     let targets: Vec<usize> = if sub.wildcard { (0..core.cores).collect() } else { vec![sub.owner] };

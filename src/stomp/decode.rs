@@ -128,6 +128,8 @@ pub struct Decoder {
     headers: Vec<(Part, Part)>,
     /// The first `content-length` of the frame being parsed.
     content_length: Option<usize>,
+    /// See `error_receipt`.
+    error_receipt: Option<Bytes>,
     /// Test-only count of bytes handed to the LF/NUL searches, to prove nothing is rescanned.
     #[cfg(test)]
     examined: usize,
@@ -141,6 +143,7 @@ impl Decoder {
             state: State::Idle,
             headers: Vec::new(),
             content_length: None,
+            error_receipt: None,
             #[cfg(test)]
             examined: 0,
         }
@@ -167,9 +170,26 @@ impl Decoder {
         }
         let result = self.step(buf);
         if result.is_err() {
+            self.error_receipt = self.parsed_receipt(buf);
             self.reset();
         }
         result
+    }
+
+    /// The `receipt` header of the frame that the last error was about, if its header block
+    /// had been parsed that far: the ERROR must carry it as `receipt-id` (stomp-decisions.md).
+    pub fn error_receipt(&self) -> Option<&Bytes> {
+        self.error_receipt.as_ref()
+    }
+
+    fn parsed_receipt(&self, buf: &BytesMut) -> Option<Bytes> {
+        let view = |p: &Part| -> Option<Vec<u8>> {
+            match p {
+                Part::Raw(start, end) => buf.get(*start..*end).map(<[u8]>::to_vec),
+                Part::Owned(b) => Some(b.to_vec()),
+            }
+        };
+        self.headers.iter().find(|(n, _)| view(n).as_deref() == Some(&b"receipt"[..])).and_then(|(_, v)| view(v)).map(Bytes::from)
     }
 
     fn reset(&mut self) {

@@ -306,11 +306,7 @@ pub mod props {
 
     /// Asserts the frame's exact bytes, printing both sides readably on failure.
     pub fn assert_raw(frame: &Frame, expected: &[u8]) {
-        assert_eq!(
-            String::from_utf8_lossy(&frame.raw),
-            String::from_utf8_lossy(expected),
-            "exact frame bytes differ"
-        );
+        assert_eq!(String::from_utf8_lossy(&frame.raw), String::from_utf8_lossy(expected), "exact frame bytes differ");
         assert_eq!(frame.raw, expected);
     }
 
@@ -544,10 +540,8 @@ pub mod flow {
     /// STOMP subscriber of it to receive the probe.
     pub fn sync_array(server: &TestServer, core: usize) {
         let array = server.server().array();
-        let channel = (0..)
-            .map(|i| format!("{}.{i}", unique("probe")))
-            .find(|c| array.owner_of(Pattern::Events, &Channel(Bytes::from(c.clone()))) == core)
-            .unwrap();
+        let channel =
+            (0..).map(|i| format!("{}.{i}", unique("probe"))).find(|c| array.owner_of(Pattern::Events, &Channel(Bytes::from(c.clone()))) == core).unwrap();
         let mut c = server.connected();
         c.subscribe_sync("probe", &format!("/topic/{channel}"), &[]);
         let msg = Message {
