@@ -2,8 +2,8 @@
 //! subscriber gets each message (a consumer group `x-kubemq-group` shares one copy among its
 //! members), in publisher order, with no replay for Events; Events-Store stamps a per-channel
 //! `x-kubemq-sequence` (1..N) and `x-kubemq-timestamp` (ns) and replays from `x-kubemq-start`;
-//! a subscriber whose SubBuffSize buffer is full loses that delivery but stays connected, and
-//! nobody else is affected. Seed 003 ("Reliability at a glance"), stomp-decisions.md
+//! a subscriber whose SubBuffSize buffer stays full loses deliveries (after they wait behind it
+//! for at most 2 s) but stays connected, and nobody else is affected. Seed 003 ("Reliability at a glance"), stomp-decisions.md
 //! ("Subscriptions").
 //!
 //! Setup: each test runs its own two-core gateway (`TestServer`) and channel names unique to
@@ -250,9 +250,10 @@ fn big_body(i: usize) -> Vec<u8> {
 #[test]
 fn slow_subscriber_loses_deliveries_but_stays_connected_and_others_get_all() {
     // SubBuffSize 1: a subscriber may have one delivery waiting for the socket. The slow
-    // subscriber never reads until the end, so its socket fills and later deliveries are
-    // dropped for it. The publisher waits for the fast subscriber to read each message before
-    // sending the next, so the fast one never has more than one waiting.
+    // subscriber never reads until the end, so its socket fills and later deliveries wait
+    // behind it (bounded in number and in time) and are then dropped for it. The publisher
+    // waits for the fast subscriber to read each message before sending the next, so the fast
+    // one never has more than one waiting: nothing of its may be dropped.
     const N: usize = 2000;
     let server = TestServer::start_with(|c| c.sub_buff_size = 1);
     let t = topic();

@@ -463,7 +463,14 @@ fn on_commit(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
             return Ok(());
         }
     }
-    receipt_now(core, conn, frame);
+    // The RECEIPT must prove the held frames took effect: a barrier to every core follows
+    // them on the same paths, as for DISCONNECT.
+    if let Some(r) = receipt_of(frame) {
+        let token = conn.expect(Some(r), core.cores as u32, false);
+        for to in 0..core.cores {
+            core.dispatch(to, CoreMsg::Barrier(core.ticket(conn.id, token)));
+        }
+    }
     Ok(())
 }
 
