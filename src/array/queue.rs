@@ -1,12 +1,19 @@
 //! Queues: at-least-once, competing consumers, per-consumer prefetch (SubBuffSize), ACK/NACK by
 //! delivery tag, requeue on NACK, on release (UNSUBSCRIBE/disconnect) and on ack timeout.
 //!
+//! Producer pacing: while a queue has consumers and its backlog is over a high-water mark, the
+//! confirmation of a receipted SEND (its RECEIPT) is held until the backlog is back under the
+//! low-water mark. A producer that asks for receipts is then paced by its consumers, as in
+//! RabbitMQ's flow control, instead of growing an unbounded backlog whose every message waits
+//! behind all the others. Nothing is refused: SENDs without receipt, and SENDs to a queue
+//! nobody consumes (a work buffer), are never held.
+//!
 //! Requeue position: a NACKed message goes to the tail (KubeMQ's NAck semantics, so a poison
 //! message does not starve the rest); a released or timed-out message was never rejected, so
 //! it goes back to the head, keeping FIFO order for the next consumer.
 use super::Outbox;
 use crate::model::{Channel, Message};
-use crate::runtime::msg::{CoreId, CoreMsg, SubRef};
+use crate::runtime::msg::{CoreId, CoreMsg, SubRef, Ticket};
 use ahash::AHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -41,13 +48,26 @@ struct QueueChannel {
     deadlines: VecDeque<(Instant, u64)>,
     consumers: Vec<Consumer>,
     turn: usize,
+    /// Receipted SENDs whose confirmation waits for the backlog to drain (producer pacing).
+    held_receipts: VecDeque<Ticket>,
 }
 
 impl QueueChannel {
     fn is_idle(&self) -> bool {
-        self.ready.is_empty() && self.inflight.is_empty() && self.consumers.is_empty()
+        self.ready.is_empty() && self.inflight.is_empty() && self.consumers.is_empty() && self.held_receipts.is_empty()
+    }
+
+    /// Backlog above which receipted SENDs are held: a few prefetch windows of every consumer.
+    fn high_water(&self) -> usize {
+        let prefetch: usize = self.consumers.iter().map(|c| c.prefetch as usize).sum();
+        (prefetch * PACING_WINDOWS).max(MIN_HIGH_WATER)
     }
 }
+
+/// Producer pacing: hold receipts while the backlog exceeds this many consumer prefetch windows…
+const PACING_WINDOWS: usize = 16;
+/// …but never below this many messages.
+const MIN_HIGH_WATER: usize = 1024;
 
 pub struct Queues {
     core: CoreId,
@@ -76,11 +96,21 @@ impl Queues {
             .unwrap_or_default()
     }
 
-    pub fn send(&mut self, msg: Arc<Message>, now: Instant, out: &mut Outbox) {
+    /// Appends `msg`; `done` (the SEND's receipt) is confirmed at once, or held while the
+    /// queue's consumers are behind (see "Producer pacing").
+    pub fn send(&mut self, msg: Arc<Message>, done: Option<Ticket>, now: Instant, out: &mut Outbox) {
         let channel = msg.channel.clone();
         let ch = self.channels.entry(channel.clone()).or_default();
         ch.ready.push_back(Entry { msg, receive_count: 0 });
+        if let Some(t) = done {
+            ch.held_receipts.push_back(t);
+        }
         self.pump(&channel, now, out);
+    }
+
+    /// Receipts held for pacing, for tests and metrics.
+    pub fn held_receipts(&self, channel: &Channel) -> usize {
+        self.channels.get(channel).map_or(0, |c| c.held_receipts.len())
     }
 
     pub fn subscribe(&mut self, channel: Channel, sub: SubRef, prefetch: u32, now: Instant, out: &mut Outbox) {
@@ -158,8 +188,31 @@ impl Queues {
         }
     }
 
-    /// Hands ready messages to consumers with room, round robin.
+    /// Hands ready messages to consumers with room, round robin, then releases held receipts
+    /// if the backlog allows.
     fn pump(&mut self, channel: &Channel, now: Instant, out: &mut Outbox) {
+        self.deliver_ready(channel, now, out);
+        let Some(ch) = self.channels.get_mut(channel) else { return };
+        if ch.held_receipts.is_empty() {
+            return;
+        }
+        // Release below half the high-water mark (hysteresis), or at once when nobody
+        // consumes: pacing is against consumers, not a cap on what a queue may hold.
+        if ch.consumers.is_empty() || ch.ready.len() <= ch.high_water() / 2 {
+            for t in ch.held_receipts.drain(..) {
+                out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
+            }
+        } else if ch.ready.len() <= ch.high_water() {
+            // Under the mark but above the release point: confirm all but the newest, which
+            // keeps one receipt per producer waiting while the backlog shrinks.
+            while ch.held_receipts.len() > 1 {
+                let t = ch.held_receipts.pop_front().expect("len > 1");
+                out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
+            }
+        }
+    }
+
+    fn deliver_ready(&mut self, channel: &Channel, now: Instant, out: &mut Outbox) {
         let Some(ch) = self.channels.get_mut(channel) else { return };
         let n = ch.consumers.len();
         while !ch.ready.is_empty() && n > 0 {
@@ -236,7 +289,7 @@ mod tests {
         q.subscribe(ch(), sub(0, 1), 100, now, &mut out);
         q.subscribe(ch(), sub(1, 2), 100, now, &mut out);
         for i in 0..10 {
-            q.send(msg(&i.to_string()), now, &mut out);
+            q.send(msg(&i.to_string()), None, now, &mut out);
         }
         let d = deliveries(&mut out);
         assert_eq!(d.len(), 10);
@@ -253,7 +306,7 @@ mod tests {
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 2, now, &mut out);
         for i in 0..5 {
-            q.send(msg(&i.to_string()), now, &mut out);
+            q.send(msg(&i.to_string()), None, now, &mut out);
         }
         let d = deliveries(&mut out);
         assert_eq!(d.iter().map(|x| x.2.as_str()).collect::<Vec<_>>(), ["0", "1"]);
@@ -268,8 +321,8 @@ mod tests {
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 1, now, &mut out);
-        q.send(msg("a"), now, &mut out);
-        q.send(msg("b"), now, &mut out);
+        q.send(msg("a"), None, now, &mut out);
+        q.send(msg("b"), None, now, &mut out);
         let d = deliveries(&mut out);
         q.settle(&ch(), sub(0, 1), &[d[0].1], true, now, &mut out);
         let d2 = deliveries(&mut out);
@@ -286,13 +339,13 @@ mod tests {
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
         for b in ["a", "b", "c"] {
-            q.send(msg(b), now, &mut out);
+            q.send(msg(b), None, now, &mut out);
         }
         let d = deliveries(&mut out);
         q.settle(&ch(), sub(0, 1), &[d[1].1], false, now, &mut out); // ack "b"
         q.unsubscribe(&ch(), sub(0, 1), now, &mut out);
         assert!(out.is_empty());
-        q.send(msg("d"), now, &mut out);
+        q.send(msg("d"), None, now, &mut out);
         q.subscribe(ch(), sub(1, 2), 10, now, &mut out);
         let d = deliveries(&mut out);
         assert_eq!(d.iter().map(|x| (x.2.as_str(), x.3)).collect::<Vec<_>>(), [("a", true), ("c", true), ("d", false)]);
@@ -304,7 +357,7 @@ mod tests {
         let t0 = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, t0, &mut out);
-        q.send(msg("a"), t0, &mut out);
+        q.send(msg("a"), None, t0, &mut out);
         let d = deliveries(&mut out);
         q.expire(t0 + Duration::from_secs(1), &mut out);
         assert!(out.is_empty());
@@ -322,7 +375,7 @@ mod tests {
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
-        q.send(msg("a"), now, &mut out);
+        q.send(msg("a"), None, now, &mut out);
         let d = deliveries(&mut out);
         q.settle(&ch(), sub(1, 9), &[d[0].1], false, now, &mut out);
         assert_eq!(q.depth(&ch()).inflight, 1);
@@ -334,10 +387,86 @@ mod tests {
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
-        q.send(msg("a"), now, &mut out);
+        q.send(msg("a"), None, now, &mut out);
         let d = deliveries(&mut out);
         q.settle(&ch(), sub(0, 1), &[d[0].1], false, now, &mut out);
         q.unsubscribe(&ch(), sub(0, 1), now, &mut out);
         assert!(q.channels.is_empty());
+    }
+
+    fn ticket(token: u64) -> Ticket {
+        Ticket { core: 1, conn: ConnId(9), token }
+    }
+    fn confirmed(out: &Outbox) -> Vec<u64> {
+        out.iter()
+            .filter_map(|(_, m)| match m {
+                CoreMsg::Done { ticket, .. } => Some(ticket.token),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn receipts_are_immediate_without_consumers_or_backlog() {
+        let mut q = Queues::new(0, Duration::from_secs(30));
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        // Nobody consumes: a work buffer fills without pacing.
+        for i in 0..5000 {
+            q.send(msg("x"), Some(ticket(i)), now, &mut out);
+        }
+        assert_eq!(confirmed(&out).len(), 5000);
+        assert_eq!(q.held_receipts(&ch()), 0);
+    }
+
+    #[test]
+    fn receipts_are_held_while_consumers_are_behind() {
+        let mut q = Queues::new(0, Duration::from_secs(30));
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        q.subscribe(ch(), sub(0, 1), 10, now, &mut out); // high water = max(10 * 16, 1024)
+        let mut tags = Vec::new();
+        for i in 0..1100 {
+            q.send(msg("x"), Some(ticket(i)), now, &mut out);
+        }
+        for (_, m) in out.drain(..) {
+            if let CoreMsg::QueueDeliver { tag, .. } = m {
+                tags.push(tag);
+            }
+        }
+        // 10 in flight, 1090 ready > 1024: the receipts sent past the mark are held.
+        assert!(q.held_receipts(&ch()) > 0);
+        // The consumer works through the backlog; below half the mark everything is released.
+        let mut released = 0;
+        while q.held_receipts(&ch()) > 0 {
+            let tag = tags.remove(0);
+            q.settle(&ch(), sub(0, 1), &[tag], false, now, &mut out);
+            for (_, m) in out.drain(..) {
+                match m {
+                    CoreMsg::QueueDeliver { tag, .. } => tags.push(tag),
+                    CoreMsg::Done { .. } => released += 1,
+                    _ => {}
+                }
+            }
+        }
+        assert!(q.depth(&ch()).ready <= 1024);
+        assert!(released > 0);
+    }
+
+    #[test]
+    fn held_receipts_are_released_when_consumers_leave() {
+        let mut q = Queues::new(0, Duration::from_secs(30));
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        q.subscribe(ch(), sub(0, 1), 1, now, &mut out);
+        for i in 0..2000 {
+            q.send(msg("x"), Some(ticket(i)), now, &mut out);
+        }
+        let held = q.held_receipts(&ch());
+        assert!(held > 0);
+        out.clear();
+        q.unsubscribe(&ch(), sub(0, 1), now, &mut out);
+        assert_eq!(confirmed(&out).len(), held);
+        assert_eq!(q.held_receipts(&ch()), 0);
     }
 }

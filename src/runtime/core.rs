@@ -247,12 +247,7 @@ impl Core {
                     out.push((t.core, CoreMsg::Done { ticket: t, more }));
                 }
             }
-            CoreMsg::QueueSend { msg, done } => {
-                self.shard.borrow_mut().queues.send(msg, now, &mut out);
-                if let Some(t) = done {
-                    out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
-                }
-            }
+            CoreMsg::QueueSend { msg, done } => self.shard.borrow_mut().queues.send(msg, done, now, &mut out),
             CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch, done } => {
                 let mut shard = self.shard.borrow_mut();
                 let interest = crate::array::events::Interest { sub, group };
