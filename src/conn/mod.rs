@@ -128,6 +128,8 @@ pub struct Conn {
     write_blocked: Cell<bool>,
     /// An ERROR is queued behind pending receipts: stop handling frames.
     failing: Cell<bool>,
+    /// Deliveries parked over all subscriptions (lets the common case skip `unpark`).
+    pub parked: Cell<usize>,
     pub subs: RefCell<AHashMap<u32, LocalSub>>,
     pub session: RefCell<Session>,
     receipts: RefCell<VecDeque<PendingReceipt>>,
@@ -161,6 +163,7 @@ impl Conn {
             close_after_flush: Cell::new(false),
             write_blocked: Cell::new(false),
             failing: Cell::new(false),
+            parked: Cell::new(0),
             subs: RefCell::new(AHashMap::new()),
             session: RefCell::new(Session::default()),
             receipts: RefCell::new(VecDeque::new()),
@@ -310,6 +313,7 @@ impl Conn {
                 return Delivery::Dropped;
             }
             sub.parked.push_back(Parked { pattern, msg: Arc::clone(msg), since: Instant::now(), ticket });
+            self.parked.set(self.parked.get() + 1);
             return Delivery::Parked;
         }
         let mut wq = self.wq.borrow_mut();
@@ -354,7 +358,7 @@ impl Conn {
     /// drops those parked longer than `SLOW_SUBSCRIBER_GRACE`. Returns the tickets of the
     /// deliveries it settled.
     fn unpark(&self, core: &Core, now: Instant, settled: &mut Vec<Ticket>) {
-        if self.is_closing() {
+        if self.is_closing() || self.parked.get() == 0 {
             return;
         }
         let limit = core.cfg.sub_buff_size;
@@ -373,6 +377,7 @@ impl Conn {
                     break;
                 }
                 let p = sub.parked.pop_front().expect("front exists");
+                self.parked.set(self.parked.get() - 1);
                 settled.extend(p.ticket);
             }
         }
@@ -730,10 +735,12 @@ fn after_write(core: &Rc<Core>, conn: &Conn, sent: &mut Vec<Sent>) {
         }
     }
     // Room was made: parked deliveries follow, in order, and their receipts are confirmed.
-    let mut settled = Vec::new();
-    conn.unpark(core, Instant::now(), &mut settled);
-    for t in settled {
-        core.confirm_parked(t);
+    if conn.parked.get() > 0 {
+        let mut settled = Vec::new();
+        conn.unpark(core, Instant::now(), &mut settled);
+        for t in settled {
+            core.confirm_parked(t);
+        }
     }
     if acks.is_empty() {
         core.drain_local();

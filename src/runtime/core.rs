@@ -74,6 +74,7 @@ pub struct Core {
     id_arena: RefCell<bytes::BytesMut>,
     /// Receipted events deliveries parked behind slow subscribers: confirmations still owed.
     confirms: RefCell<AHashMap<Ticket, u32>>,
+    scratch_out: RefCell<Outbox>,
     pub stopping: super::event::LocalEvent,
 }
 
@@ -98,6 +99,7 @@ impl Core {
             next_id: Cell::new(1),
             id_arena: RefCell::new(bytes::BytesMut::new()),
             confirms: RefCell::new(AHashMap::new()),
+            scratch_out: RefCell::new(Outbox::new()),
             stopping: Default::default(),
         })
     }
@@ -223,8 +225,10 @@ impl Core {
     }
 
     fn handle_inner(self: &Rc<Self>, msg: CoreMsg) {
-        let mut out = Outbox::new();
-        let now = Instant::now();
+        // Reuse one output buffer: handling never re-enters itself (messages to this core are
+        // queued, not handled, by `dispatch`), so it is free whenever we get here.
+        let mut out = std::mem::take(&mut *self.scratch_out.borrow_mut());
+        // The clock is read only by the variants that need it: not per delivered message.
         match msg {
             CoreMsg::Publish { pattern, msg, done } => {
                 let mut shard = self.shard.borrow_mut();
@@ -247,14 +251,14 @@ impl Core {
                     out.push((t.core, CoreMsg::Done { ticket: t, more }));
                 }
             }
-            CoreMsg::QueueSend { msg, done } => self.shard.borrow_mut().queues.send(msg, done, now, &mut out),
+            CoreMsg::QueueSend { msg, done } => self.shard.borrow_mut().queues.send(msg, done, Instant::now(), &mut out),
             CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch, done } => {
                 let mut shard = self.shard.borrow_mut();
                 let interest = crate::array::events::Interest { sub, group };
                 match pattern {
                     Pattern::Events => shard.events.subscribe(channel, wildcard, interest),
                     Pattern::EventsStore => shard.store.subscribe(channel, interest, start, now_unix_ns(), &mut out),
-                    Pattern::Queues => shard.queues.subscribe(channel, sub, prefetch, now, &mut out),
+                    Pattern::Queues => shard.queues.subscribe(channel, sub, prefetch, Instant::now(), &mut out),
                     _ => {}
                 }
                 drop(shard);
@@ -267,7 +271,7 @@ impl Core {
                 match pattern {
                     Pattern::Events => shard.events.unsubscribe(&channel, wildcard, sub),
                     Pattern::EventsStore => shard.store.unsubscribe(&channel, sub),
-                    Pattern::Queues => shard.queues.unsubscribe(&channel, sub, now, &mut out),
+                    Pattern::Queues => shard.queues.unsubscribe(&channel, sub, Instant::now(), &mut out),
                     _ => {}
                 }
                 drop(shard);
@@ -276,12 +280,12 @@ impl Core {
                 }
             }
             CoreMsg::QueueSettle { channel, sub, tags, requeue, done } => {
-                self.shard.borrow_mut().queues.settle(&channel, sub, &tags, requeue, now, &mut out);
+                self.shard.borrow_mut().queues.settle(&channel, sub, &tags, requeue, Instant::now(), &mut out);
                 if let Some(t) = done {
                     out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
                 }
             }
-            CoreMsg::RpcRequest(req) => self.shard.borrow_mut().rpc.request(*req, now, &mut out),
+            CoreMsg::RpcRequest(req) => self.shard.borrow_mut().rpc.request(*req, Instant::now(), &mut out),
             CoreMsg::RpcResponse { request_id, outcome, .. } => {
                 self.shard.borrow_mut().rpc.respond(&request_id, *outcome, &mut out);
             }
@@ -333,6 +337,7 @@ impl Core {
             }
         }
         self.dispatch_all(&mut out);
+        *self.scratch_out.borrow_mut() = out;
     }
 
     /// Periodic work: queue ack timeouts, RPC timeouts, heart-beats.

@@ -334,6 +334,7 @@ fn on_subscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
 fn drop_subscription(core: &Rc<Core>, conn: &Conn, sub_no: u32, token: Option<u64>) -> u32 {
     let Some(mut sub) = conn.subs.borrow_mut().remove(&sub_no) else { return 0 };
     // Parked deliveries die with the subscription; receipts waiting on them must not.
+    conn.parked.set(conn.parked.get() - sub.parked.len());
     for parked in sub.parked.drain(..) {
         if let Some(t) = parked.ticket() {
             core.confirm_parked(t);

@@ -96,9 +96,16 @@ impl<'a> FrameWriter<'a> {
 
     /// Writes `s` with the 1.1/1.2 escapes. A CR only reaches here in 1.2 (1.1 dropped it).
     fn put_escaped(&mut self, s: &[u8]) {
-        self.buf.reserve(s.len());
-        let mut run_start = 0;
-        for (i, &b) in s.iter().enumerate() {
+        // Hot path (every header of every MESSAGE): most values need no escaping, so find the
+        // first special byte with a table lookup and copy the whole value in one go if none.
+        let Some(first) = s.iter().position(|&b| NEEDS_ESCAPE[b as usize]) else {
+            self.buf.extend_from_slice(s);
+            return;
+        };
+        self.buf.reserve(s.len() + 8);
+        self.buf.extend_from_slice(&s[..first]);
+        let mut run_start = first;
+        for (i, &b) in s.iter().enumerate().skip(first) {
             let escaped: &[u8] = match b {
                 b'\\' => b"\\\\",
                 b'\n' => b"\\n",
@@ -113,6 +120,17 @@ impl<'a> FrameWriter<'a> {
         self.buf.extend_from_slice(&s[run_start..]);
     }
 }
+
+/// Bytes that 1.1/1.2 header escaping rewrites (`\r` only reaches here on 1.2: 1.1 drops
+/// headers containing it first).
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'\\' as usize] = true;
+    t[b'\n' as usize] = true;
+    t[b':' as usize] = true;
+    t[b'\r' as usize] = true;
+    t
+};
 
 /// Writes one whole frame: `begin`, every header in order, `finish`. Returns the number of
 /// headers dropped as unrepresentable for `version`.
