@@ -146,6 +146,17 @@ thread_local! {
     static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(256));
 }
 
+/// Writes the canonical `destination` header for (pattern, channel) (seed 000: egress always
+/// uses the primary prefix and the slash form).
+fn write_destination(w: &mut FrameWriter<'_>, pattern: Pattern, channel: &[u8]) {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        s.clear();
+        write_egress_destination(pattern, channel, &mut s);
+        w.header(b"destination", &s);
+    });
+}
+
 impl Conn {
     fn new(id: ConnId, fd: RawFd) -> Conn {
         let now = Instant::now();
@@ -328,12 +339,7 @@ impl Conn {
         let v12 = self.version.get() == Version::V1_2;
         let needs_ack = v12 && sub.ack != AckMode::Auto;
         let mut w = FrameWriter::begin(&mut wq.buf, self.version.get(), Command::Message);
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            s.clear();
-            write_egress_destination(pattern, msg.channel.as_bytes(), &mut s);
-            w.header(b"destination", &s);
-        });
+        write_destination(&mut w, pattern, msg.channel.as_bytes());
         w.header(b"message-id", &msg.id);
         w.header(b"subscription", &sub.id);
         if needs_ack {
@@ -401,12 +407,7 @@ impl Conn {
         let mut wq = self.wq.borrow_mut();
         let wq = &mut *wq;
         let mut w = FrameWriter::begin(&mut wq.buf, self.version.get(), Command::Message);
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            s.clear();
-            write_egress_destination(Pattern::Queues, msg.channel.as_bytes(), &mut s);
-            w.header(b"destination", &s);
-        });
+        write_destination(&mut w, Pattern::Queues, msg.channel.as_bytes());
         w.header(b"message-id", id);
         w.header(b"subscription", &sub.id);
         if v12 && sub.ack != AckMode::Auto {
@@ -448,12 +449,7 @@ impl Conn {
             core,
             Command::Message,
             |w| {
-                SCRATCH.with(|s| {
-                    let mut s = s.borrow_mut();
-                    s.clear();
-                    write_egress_destination(Pattern::Reply, sub.channel.as_bytes(), &mut s);
-                    w.header(b"destination", &s);
-                });
+                write_destination(w, Pattern::Reply, sub.channel.as_bytes());
                 w.header(b"message-id", &message_id);
                 w.header(b"subscription", &sub.id);
                 if let Some(c) = &correlation_id {
