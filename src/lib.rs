@@ -12,4 +12,5 @@ pub mod stomp;
 pub mod array;
 pub mod conn;
 pub mod runtime;
+pub mod grpc;
 pub mod session;

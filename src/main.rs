@@ -17,6 +17,7 @@ fn main() {
             std::process::exit(2);
         }
     };
+    raise_open_files_limit();
     let addr = cfg.stomp_addr;
     let cpus = cfg.cpus.clone();
     let server = match Server::start(cfg) {
@@ -38,4 +39,21 @@ fn main() {
     let _ = addr;
     server.join();
     tracing::info!("stompgate stopped");
+}
+
+/// Every connection is a descriptor: lift the soft RLIMIT_NOFILE to the hard limit, as servers
+/// meant for many connections do, and say how many we can hold.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid, writable rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+    tracing::debug!(open_files = lim.rlim_cur, "open-files limit");
 }

@@ -1,0 +1,127 @@
+//! The KubeMQ gRPC API (service `kubemq.kubemq`, `proto/kubemq.proto`), served by tonic on a
+//! dedicated tokio runtime beside the glommio cores.
+//!
+//! Why a separate runtime: the cores are glommio executors pinned to CPUs and never run tokio
+//! futures. gRPC traffic reaches the array through [`ArrayHandle`], which sends `CoreMsg`s from
+//! any thread, so the gRPC side needs no core of its own.
+//!
+//! This slice answers `Ping` and returns `UNIMPLEMENTED` for every other RPC; see [`service`].
+pub mod service;
+
+/// Types, server and client generated from `proto/kubemq.proto` by `build.rs`.
+#[allow(clippy::all, clippy::pedantic, missing_docs, non_camel_case_types)]
+pub mod pb {
+    tonic::include_proto!("kubemq");
+}
+
+use crate::runtime::handle::ArrayHandle;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Largest message the server decodes or encodes: the community server's default
+/// `Grpc.BodyLimit` (100 MiB), not tonic's 4 MiB.
+pub const MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
+
+/// How long a graceful shutdown waits for open calls and connections before abandoning them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// A running gRPC server; stopped (gracefully, then joined) by [`GrpcServer::shutdown`] or drop.
+pub struct GrpcServer {
+    local_addr: SocketAddr,
+    stop_tx: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Binds `addr` and serves the KubeMQ API on a multi-thread tokio runtime with `threads`
+/// workers (at least one), driven from a std thread named `stompgate-grpc`.
+///
+/// # Errors
+/// Binding the listener, building the runtime or spawning the thread fails. All three happen
+/// before this returns, so a taken port is reported here rather than logged later.
+pub fn start(addr: SocketAddr, threads: usize, array: ArrayHandle) -> std::io::Result<GrpcServer> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let local_addr = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .thread_name("stompgate-grpc-worker")
+        .enable_all()
+        .build()?;
+    let listener = {
+        // Registering with the reactor needs the runtime's context.
+        let _guard = runtime.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new().name("stompgate-grpc".into()).spawn(move || {
+        runtime.block_on(serve(listener, array, stop_rx));
+        // Whatever the grace period abandoned (a stuck handler) must not hold up the join.
+        runtime.shutdown_timeout(Duration::from_millis(500));
+    })?;
+    tracing::info!(%local_addr, "kubemq gRPC API listening");
+    Ok(GrpcServer { local_addr, stop_tx: Some(stop_tx), thread: Some(thread) })
+}
+
+impl GrpcServer {
+    /// The bound address (the real port when started on port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting, lets open calls finish for up to 2 s (`SHUTDOWN_GRACE`), and joins the thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(tx) = self.stop_tx.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("kubemq gRPC thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for GrpcServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Serves until `stop_rx` fires (or its sender is dropped), then drains for at most
+/// [`SHUTDOWN_GRACE`].
+async fn serve(listener: tokio::net::TcpListener, array: ArrayHandle, stop_rx: oneshot::Receiver<()>) {
+    let incoming = match tonic::transport::server::TcpIncoming::from_listener(listener, true, None) {
+        Ok(incoming) => incoming,
+        Err(e) => {
+            tracing::error!(error = %e, "kubemq gRPC listener unusable");
+            return;
+        }
+    };
+    let svc = pb::kubemq_server::KubemqServer::new(service::KubemqService::new(array))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // The stop signal is awaited once, by tonic; `grace_rx` tells the deadline it has started.
+    let (grace_tx, grace_rx) = oneshot::channel::<()>();
+    let signal = async move {
+        let _ = stop_rx.await;
+        let _ = grace_tx.send(());
+    };
+    let server = async {
+        if let Err(e) = tonic::transport::Server::builder().add_service(svc).serve_with_incoming_shutdown(incoming, signal).await {
+            tracing::error!(error = %e, "kubemq gRPC server failed");
+        }
+    };
+    let deadline = async {
+        match grace_rx.await {
+            Ok(()) => tokio::time::sleep(SHUTDOWN_GRACE).await,
+            // The signal future was dropped: the server already returned.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    futures_lite::future::or(server, deadline).await;
+}
