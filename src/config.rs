@@ -33,6 +33,10 @@ pub struct Config {
     pub queue_ack_timeout_s: u64,
     pub rpc_timeout_s: u64,
     pub rpc_max_pending: usize,
+    /// KubeMQ gRPC array API listener (default 0.0.0.0:50000); `None` = off.
+    pub grpc_addr: Option<SocketAddr>,
+    /// Worker threads of the gRPC server's own tokio runtime.
+    pub grpc_threads: usize,
 }
 
 impl Default for Config {
@@ -48,6 +52,8 @@ impl Default for Config {
             queue_ack_timeout_s: 30,
             rpc_timeout_s: 30,
             rpc_max_pending: 1024,
+            grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
+            grpc_threads: 1,
         }
     }
 }
@@ -68,7 +74,7 @@ pub mod env {
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 11] = [
+pub const TOML_KEYS: [&str; 13] = [
     "stomp_addr",
     "cores",
     "cpus",
@@ -80,6 +86,8 @@ pub const TOML_KEYS: [&str; 11] = [
     "queue_ack_timeout_s",
     "rpc_timeout_s",
     "rpc_max_pending",
+    "grpc_addr",
+    "grpc_threads",
 ];
 
 const AFTER_HELP: &str = "\
@@ -164,6 +172,17 @@ struct Cli {
     /// must be >= 1. Default 1024. Env CONNECTORS_STOMP_RPC_MAX_PENDING. TOML key: rpc_max_pending.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     rpc_max_pending: Option<String>,
+
+    /// KubeMQ gRPC array API listener (IP:PORT), for native KubeMQ SDK clients; `off` disables
+    /// it. Default 0.0.0.0:50000. No env. TOML key: grpc_addr. (Ping only so far: every other
+    /// RPC answers UNIMPLEMENTED.)
+    #[arg(long, value_name = "IP:PORT|off")]
+    grpc_addr: Option<String>,
+
+    /// Worker threads of the gRPC server's own runtime (kept off the STOMP cores); must be
+    /// >= 1. Default 1. No env. TOML key: grpc_threads.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    grpc_threads: Option<String>,
 
     /// TOML file with any of the settings above; keys are the flag names with '-' → '_'
     /// (e.g. stomp_addr = "127.0.0.1:61613", cores = 2, cpus = "0,1", default_pattern = "queues",
@@ -556,6 +575,14 @@ impl Config {
                 Some(env::RPC_MAX_PENDING),
                 1
             ),
+            grpc_addr: match src.pick("grpc-addr", &cli.grpc_addr, None, "grpc_addr") {
+                None => d.grpc_addr,
+                Some((raw, source)) => match text(&raw, source)? {
+                    "off" => None,
+                    addr => Some(parse_addr(addr, source)?),
+                },
+            },
+            grpc_threads: uint!(grpc_threads, "grpc-threads", None, 1),
         })
     }
 
@@ -767,6 +794,8 @@ mod tests {
                 queue_ack_timeout_s: 4,
                 rpc_timeout_s: 5,
                 rpc_max_pending: 6,
+                grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
+                grpc_threads: 1,
             }
         );
     }
@@ -799,6 +828,8 @@ sub_buff_size = 11
 queue_ack_timeout_s = 12
 rpc_timeout_s = 13
 rpc_max_pending = 14
+grpc_addr = "127.0.0.1:7101"
+grpc_threads = 2
 "#,
         );
         let c = parse(&["--config", f.path()]).unwrap();
@@ -815,6 +846,8 @@ rpc_max_pending = 14
                 queue_ack_timeout_s: 12,
                 rpc_timeout_s: 13,
                 rpc_max_pending: 14,
+                grpc_addr: Some("127.0.0.1:7101".parse().unwrap()),
+                grpc_threads: 2,
             }
         );
         let g = TempToml::new("cores = 3\n");
@@ -1132,5 +1165,15 @@ rpc_max_pending = 14
             Config::parse_from(["stompgate"], |_| None).unwrap().cpus,
             online
         );
+    }
+
+    #[test]
+    fn grpc_listener_can_move_or_be_switched_off() {
+        assert_eq!(parse(&[]).unwrap().grpc_addr, Some("0.0.0.0:50000".parse().unwrap()));
+        assert_eq!(parse(&["--grpc-addr", "127.0.0.1:50001"]).unwrap().grpc_addr, Some("127.0.0.1:50001".parse().unwrap()));
+        assert_eq!(parse(&["--grpc-addr", "off"]).unwrap().grpc_addr, None);
+        assert_eq!(parse(&["--grpc-threads", "3"]).unwrap().grpc_threads, 3);
+        assert!(parse(&["--grpc-threads", "0"]).unwrap_err().contains("grpc-threads"));
+        assert!(parse(&["--grpc-addr", "nowhere"]).unwrap_err().contains("grpc-addr"));
     }
 }

@@ -19,6 +19,7 @@ fn main() {
     };
     raise_open_files_limit();
     let addr = cfg.stomp_addr;
+    let (grpc_addr, grpc_threads) = (cfg.grpc_addr, cfg.grpc_threads);
     let cpus = cfg.cpus.clone();
     let server = match Server::start(cfg) {
         Ok(s) => s,
@@ -37,7 +38,19 @@ fn main() {
     }
     tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, "stompgate listening (embedded array)");
     let _ = addr;
+    // Availability first (seed 003): a gRPC listener that cannot bind is logged and the
+    // gateway runs on without it.
+    let grpc = grpc_addr.and_then(|a| match stompgate::grpc::start(a, grpc_threads, server.array()) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            tracing::error!(grpc = %a, error = %e, "cannot start the gRPC API; continuing without it");
+            None
+        }
+    });
     server.join();
+    if let Some(g) = grpc {
+        g.shutdown();
+    }
     tracing::info!("stompgate stopped");
 }
 

@@ -92,7 +92,9 @@ def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S) -> Gate
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"stompgate-{port}.log"
     log_paths.append(log_path)
-    args = {"--cores": "2", "--heartbeat-ms": "10000", "--queue-ack-timeout-s": "2"}
+    # The gRPC API is not under test here; keep it off so parallel gateways never compete for
+    # its default port (0.0.0.0:50000).
+    args = {"--cores": "2", "--heartbeat-ms": "10000", "--queue-ack-timeout-s": "2", "--grpc-addr": "off"}
     extra = list(extra_args)
     for i in range(0, len(extra) - 1):
         if extra[i] in args:
