@@ -2,9 +2,10 @@
 //! interaction is a `CoreMsg` over glommio's channel mesh; a message to the sending core itself
 //! takes the same path through the core's local queue, so local and remote behave alike.
 //!
-//! Full channels: `Deliver` (events) is dropped and counted when the peer's ring is full —
-//! events are at-most-once (seed 003). Every other variant is never dropped: it waits in the
-//! sending core's per-peer overflow queue until the ring has room (see `core::Core::dispatch`).
+//! Full channels: `Deliver` (events, owner → subscriber core) is dropped and counted when the
+//! peer's ring is full — events are at-most-once (seed 003). Every other variant is never
+//! dropped: it waits in the sending core's per-peer overflow queue until the ring has room
+//! (see `core::Core::dispatch`).
 
 use crate::model::{Channel, Message, Pattern};
 use bytes::Bytes;
@@ -75,7 +76,9 @@ pub type ResponderFn = Arc<dyn Fn(&RpcRequest) -> bool + Send + Sync>;
 
 pub enum CoreMsg {
     // ---- to the owner core of (pattern, channel) ----
-    /// Publish to Events or Events-Store. Lost only if the owner's ring is full (counted).
+    /// Publish to Events or Events-Store. Never dropped on the way to the owner (a full ring
+    /// spills into the overflow queue and pauses this core's readers), so a publisher feels
+    /// back-pressure instead of losing messages; `done` is confirmed per `Deliver` below.
     Publish { pattern: Pattern, msg: Arc<Message>, done: Option<Ticket> },
     /// Append to a queue; `done` is answered once appended.
     QueueSend { msg: Arc<Message>, done: Option<Ticket> },
