@@ -308,7 +308,7 @@ fn on_subscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
         return Ok(());
     }
     let sub = SubRef { core: core.id, conn: conn.id, sub: sub_no };
-    let targets: Vec<usize> = if dest.wildcard { (0..core.cores).collect() } else { vec![owner] };
+    let targets = holders(core, dest.wildcard, owner);
     let receipt = receipt_of(frame);
     let token = receipt.map(|r| conn.expect(Some(r), targets.len() as u32, false));
     for to in targets {
@@ -350,7 +350,7 @@ fn drop_subscription(core: &Rc<Core>, conn: &Conn, sub_no: u32, token: Option<u6
         }
         return 0;
     }
-    let targets: Vec<usize> = if sub.wildcard { (0..core.cores).collect() } else { vec![sub.owner] };
+    let targets = holders(core, sub.wildcard, sub.owner);
     let n = targets.len() as u32;
     for to in targets {
         core.dispatch(
@@ -464,13 +464,9 @@ fn on_commit(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
             return Ok(());
         }
     }
-    // The RECEIPT must prove the held frames took effect: a barrier to every core follows
-    // them on the same paths, as for DISCONNECT.
+    // The RECEIPT must prove the held frames took effect.
     if let Some(r) = receipt_of(frame) {
-        let token = conn.expect(Some(r), core.cores as u32, false);
-        for to in 0..core.cores {
-            core.dispatch(to, CoreMsg::Barrier(core.ticket(conn.id, token)));
-        }
+        receipt_after_barrier(core, conn, r, false);
     }
     Ok(())
 }
@@ -481,16 +477,28 @@ fn on_abort(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
     Ok(())
 }
 
+/// Sends `receipt` once every core has handled everything this connection sent it before:
+/// each core answers the barrier after the work queued ahead of it on the same path.
+fn receipt_after_barrier(core: &Rc<Core>, conn: &Conn, receipt: Bytes, disconnect: bool) {
+    let token = conn.expect(Some(receipt), core.cores as u32, disconnect);
+    for to in 0..core.cores {
+        core.dispatch(to, CoreMsg::Barrier(core.ticket(conn.id, token)));
+    }
+}
+
+/// The cores that hold a subscription: its channel's owner, or every core for a wildcard
+/// filter (a filter can match channels owned anywhere).
+fn holders(core: &Core, wildcard: bool, owner: usize) -> std::ops::Range<usize> {
+    if wildcard {
+        0..core.cores
+    } else {
+        owner..owner + 1
+    }
+}
+
 fn on_disconnect(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) {
     match receipt_of(frame) {
-        Some(r) => {
-            // Every core answers the barrier after the work this core sent it before: the
-            // RECEIPT then proves everything earlier on this connection took effect.
-            let token = conn.expect(Some(r), core.cores as u32, true);
-            for to in 0..core.cores {
-                core.dispatch(to, CoreMsg::Barrier(core.ticket(conn.id, token)));
-            }
-        }
+        Some(r) => receipt_after_barrier(core, conn, r, true),
         None => {
             conn.expect(None, 0, true);
             conn.flush_receipts(core);
