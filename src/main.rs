@@ -20,6 +20,8 @@ fn main() {
     raise_open_files_limit();
     let addr = cfg.stomp_addr;
     let (grpc_addr, grpc_threads) = (cfg.grpc_addr, cfg.grpc_threads);
+    // A gRPC subscriber may fall as far behind as a STOMP one may park (16 × SubBuffSize).
+    let grpc_limits = stompgate::grpc::Limits { subscriber_buffer: cfg.sub_buff_size.saturating_mul(16).max(1) };
     let cpus = cfg.cpus.clone();
     let server = match Server::start(cfg) {
         Ok(s) => s,
@@ -40,7 +42,7 @@ fn main() {
     let _ = addr;
     // Availability first (seed 003): a gRPC listener that cannot bind is logged and the
     // gateway runs on without it.
-    let grpc = grpc_addr.and_then(|a| match stompgate::grpc::start(a, grpc_threads, server.array()) {
+    let grpc = grpc_addr.and_then(|a| match stompgate::grpc::start_with(a, grpc_threads, server.array(), grpc_limits) {
         Ok(g) => Some(g),
         Err(e) => {
             tracing::error!(grpc = %a, error = %e, "cannot start the gRPC API; continuing without it");

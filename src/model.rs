@@ -37,7 +37,7 @@ impl Pattern {
 
 /// A KubeMQ channel name in its dotted form (`orders.eu`). Cheap to clone (shared bytes).
 /// Channels reach us from STOMP destinations (any bytes but `/`) and later from gRPC (UTF-8).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Channel(pub Bytes);
 
 impl Channel {

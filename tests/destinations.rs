@@ -378,7 +378,7 @@ fn rpc_reply(server: &TestServer, pattern: Pattern, channel: &str, send_dest: &s
                 req.pattern,
                 req.msg.channel.clone(),
                 req.request_id.clone(),
-                RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: req.msg.channel.0.clone(), tags: Tags::default() },
+                RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: req.msg.channel.0.clone(), tags: Tags::default(), responder: Bytes::new(), timestamp_ns: 0 },
             )
         }),
     );

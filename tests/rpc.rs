@@ -31,7 +31,7 @@ fn answer(server: &TestServer, req: &RpcRequest, outcome: RpcOutcome) {
 }
 
 fn ok(body: &str, t: &[(&str, &str)]) -> RpcOutcome {
-    RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from(body.to_string()), tags: tags(t) }
+    RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from(body.to_string()), tags: tags(t), responder: Bytes::new(), timestamp_ns: 0 }
 }
 
 fn next_request(rx: &std::sync::mpsc::Receiver<RpcRequest>) -> RpcRequest {
@@ -173,6 +173,8 @@ fn responder_error_is_failed_with_its_text_and_body_kept() {
         metadata: Bytes::new(),
         body: Bytes::from_static(b"partial"),
         tags: tags(&[("x-stage", "2")]),
+        responder: Bytes::new(),
+        timestamp_ns: 0,
     };
     answer(&server, &req, outcome);
     let m = c.read_messages(1).remove(0);
@@ -271,7 +273,7 @@ fn concurrent_requests_from_both_cores_each_get_their_own_reply() {
         for _ in 0..4 * PER_CONN {
             let req = rx.recv_timeout(WAIT).expect("request");
             let body = format!("re: {}", String::from_utf8_lossy(&req.msg.body));
-            let outcome = RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from(body), tags: Tags::default() };
+            let outcome = RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from(body), tags: Tags::default(), responder: Bytes::new(), timestamp_ns: 0 };
             assert!(array.respond(req.pattern, req.msg.channel.clone(), req.request_id.clone(), outcome));
         }
     });

@@ -32,6 +32,14 @@ pub struct Events {
 }
 
 impl Events {
+    /// Channels with exact subscriptions here, and how many.
+    pub fn stats(&self) -> Vec<crate::runtime::msg::ChannelStats> {
+        self.exact
+            .iter()
+            .map(|(name, list)| crate::runtime::msg::ChannelStats { name: name.clone(), subscribers: list.len() as u64, ..Default::default() })
+            .collect()
+    }
+
     pub fn subscribe(&mut self, channel: Channel, wildcard: bool, interest: Interest) {
         if wildcard {
             self.wild.push(WildInterest { filter: Filter::new(channel.0), interest });

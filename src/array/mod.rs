@@ -42,13 +42,39 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub fn new(core: CoreId, queue_ack_timeout: std::time::Duration) -> Self {
+    pub fn new(core: CoreId, cores: usize, queue_ack_timeout: std::time::Duration) -> Self {
         Shard {
             core,
             events: events::Events::default(),
             store: store::Store::default(),
-            queues: queue::Queues::new(core, queue_ack_timeout),
+            queues: queue::Queues::new(core, cores, queue_ack_timeout),
             rpc: rpc::Rpc::default(),
+        }
+    }
+}
+
+impl Shard {
+    /// Channel management's delete: queues drop their messages, an Events-Store channel
+    /// without subscribers drops its log; the channel is forgotten once nobody uses it.
+    pub fn delete(&mut self, pattern: Pattern, channel: &Channel, out: &mut Outbox) {
+        match pattern {
+            Pattern::Queues => {
+                self.queues.delete(channel, out);
+            }
+            Pattern::EventsStore => self.store.delete(channel),
+            _ => {}
+        }
+    }
+
+    /// The channels of `pattern` this shard owns, with counters (channel management).
+    /// Events channels appear while they have subscribers: plain events keep no counters.
+    pub fn stats(&self, pattern: Pattern) -> Vec<crate::runtime::msg::ChannelStats> {
+        match pattern {
+            Pattern::Events => self.events.stats(),
+            Pattern::EventsStore => self.store.stats(),
+            Pattern::Queues => self.queues.stats(),
+            Pattern::Commands | Pattern::Queries => self.rpc.stats(pattern),
+            Pattern::Reply => Vec::new(),
         }
     }
 }

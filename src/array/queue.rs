@@ -1,5 +1,7 @@
 //! Queues: at-least-once, competing consumers, per-consumer prefetch (SubBuffSize), ACK/NACK by
-//! delivery tag, requeue on NACK, on release (UNSUBSCRIBE/disconnect) and on ack timeout.
+//! delivery tag, requeue on NACK, on release (UNSUBSCRIBE/disconnect) and on ack timeout; and,
+//! for the gRPC API, pull-mode receives (reserve / remove / peek / purge), the sender's policy
+//! (expiration, delay, receive limit with dead-letter queue) and per-queue sequences.
 //!
 //! Producer pacing: while a queue has consumers and its backlog is over a high-water mark, the
 //! confirmation of a receipted SEND (its RECEIPT) is held until the backlog is back under the
@@ -11,19 +13,61 @@
 //! Requeue position: a NACKed message goes to the tail (KubeMQ's NAck semantics, so a poison
 //! message does not starve the rest); a released or timed-out message was never rejected, so
 //! it goes back to the head, keeping FIFO order for the next consumer.
+//!
+//! Receive limit (kubemq-patterns.md §4.2): a delivery that would push a message's receive
+//! count above its limit (default [`DEFAULT_MAX_RECEIVE`]) moves it to its dead-letter queue
+//! (count reset, `rerouted_from` set) or, without one, discards it. Expired messages are
+//! discarded when met. Delayed messages wait outside the queue until due (checked every tick).
+//!
+//! Channels persist (as KubeMQ's do) until channel management deletes them.
+//!
+//! Pulls: a pull takes what is ready at once (up to its max) and answers; when nothing is
+//! ready it waits, first in line ahead of the push consumers, until a message arrives or its
+//! wait ends (checked every tick).
 use super::Outbox;
-use crate::model::{Channel, Message};
-use crate::runtime::msg::{CoreId, CoreMsg, SubRef, Ticket};
+use crate::model::{now_unix_ns, Channel, Message};
+use crate::runtime::msg::{ChannelStats, CoreId, CoreMsg, PullMode, PullRequest, PullResult, Pulled, QueueMeta, Settle, SubRef, Ticket};
 use ahash::AHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Deliveries a message may have when its sender set no limit (KubeMQ's `MaxReceiveCount`).
+pub const DEFAULT_MAX_RECEIVE: u32 = 1024;
 
 #[derive(Debug)]
 struct Entry {
     msg: Arc<Message>,
     /// Deliveries so far (a redelivery has receive_count ≥ 1 before it goes out).
     receive_count: u32,
+    /// Per-queue sequence, assigned on arrival.
+    seq: u64,
+    /// Unix ns; 0 = never expires. Inline because it is checked on every delivery.
+    expires_at_ns: i64,
+    /// Everything rarer than an expiry lives behind one pointer (STOMP sends have none).
+    meta: Option<Box<QueueMeta>>,
+}
+
+impl Entry {
+    fn max_receive(&self) -> u32 {
+        match self.meta.as_deref() {
+            Some(m) if m.max_receive > 0 => m.max_receive,
+            _ => DEFAULT_MAX_RECEIVE,
+        }
+    }
+
+    fn pulled(&self, tag: u64) -> Pulled {
+        let meta = self.meta.as_deref();
+        Pulled {
+            msg: Arc::clone(&self.msg),
+            tag,
+            seq: self.seq,
+            receive_count: self.receive_count,
+            expires_at_ns: self.expires_at_ns,
+            delayed_to_ns: meta.map_or(0, |m| m.delayed_to_ns),
+            rerouted_from: meta.and_then(|m| m.rerouted_from.clone()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -39,7 +83,12 @@ struct Inflight {
     consumer: SubRef,
 }
 
-#[derive(Default, Debug)]
+struct Waiter {
+    req: PullRequest,
+    deadline: Instant,
+}
+
+#[derive(Default)]
 struct QueueChannel {
     ready: VecDeque<Entry>,
     inflight: AHashMap<u64, Inflight>,
@@ -50,11 +99,24 @@ struct QueueChannel {
     turn: usize,
     /// Receipted SENDs whose confirmation waits for the backlog to drain (producer pacing).
     held_receipts: VecDeque<Ticket>,
+    /// Pulls waiting for a first message, oldest first.
+    waiters: VecDeque<Waiter>,
+    /// Delayed messages, by due time (Unix ns), earliest first.
+    delayed: VecDeque<(i64, Entry)>,
+    next_seq: u64,
+    /// Lifetime counters for channel management.
+    sent: u64,
+    bytes: u64,
 }
 
 impl QueueChannel {
     fn is_idle(&self) -> bool {
-        self.ready.is_empty() && self.inflight.is_empty() && self.consumers.is_empty() && self.held_receipts.is_empty()
+        self.ready.is_empty()
+            && self.inflight.is_empty()
+            && self.consumers.is_empty()
+            && self.held_receipts.is_empty()
+            && self.waiters.is_empty()
+            && self.delayed.is_empty()
     }
 
     /// Backlog above which receipted SENDs are held: a few prefetch windows of every consumer.
@@ -71,6 +133,7 @@ const MIN_HIGH_WATER: usize = 1024;
 
 pub struct Queues {
     core: CoreId,
+    cores: usize,
     ack_timeout: Duration,
     next_tag: u64,
     channels: AHashMap<Channel, QueueChannel>,
@@ -84,9 +147,15 @@ pub struct QueueDepth {
     pub consumers: usize,
 }
 
+/// What taking the next ready message found.
+enum Next {
+    Deliver(Entry),
+    Empty,
+}
+
 impl Queues {
-    pub fn new(core: CoreId, ack_timeout: Duration) -> Self {
-        Queues { core, ack_timeout, next_tag: 1, channels: AHashMap::new() }
+    pub fn new(core: CoreId, cores: usize, ack_timeout: Duration) -> Self {
+        Queues { core, cores: cores.max(1), ack_timeout, next_tag: 1, channels: AHashMap::new() }
     }
 
     pub fn depth(&self, channel: &Channel) -> QueueDepth {
@@ -97,11 +166,22 @@ impl Queues {
     }
 
     /// Appends `msg`; `done` (the SEND's receipt) is confirmed at once, or held while the
-    /// queue's consumers are behind (see "Producer pacing").
-    pub fn send(&mut self, msg: Arc<Message>, done: Option<Ticket>, now: Instant, out: &mut Outbox) {
+    /// queue's consumers are behind (see "Producer pacing"). A delayed message waits aside.
+    pub fn send(&mut self, msg: Arc<Message>, meta: Option<Box<QueueMeta>>, done: Option<Ticket>, now: Instant, out: &mut Outbox) {
         let channel = msg.channel.clone();
         let ch = self.channels.entry(channel.clone()).or_default();
-        ch.ready.push_back(Entry { msg, receive_count: 0 });
+        ch.next_seq += 1;
+        ch.sent += 1;
+        ch.bytes += msg.body.len() as u64;
+        let expires_at_ns = meta.as_deref().map_or(0, |m| m.expires_at_ns);
+        let delayed_to = meta.as_deref().map_or(0, |m| m.delayed_to_ns);
+        let entry = Entry { msg, receive_count: 0, seq: ch.next_seq, expires_at_ns, meta };
+        if delayed_to > 0 && delayed_to > now_unix_ns() {
+            let at = ch.delayed.partition_point(|(due, _)| *due <= delayed_to);
+            ch.delayed.insert(at, (delayed_to, entry));
+        } else {
+            ch.ready.push_back(entry);
+        }
         if let Some(t) = done {
             ch.held_receipts.push_back(t);
         }
@@ -121,10 +201,12 @@ impl Queues {
         self.pump(&channel, now, out);
     }
 
-    /// Removes the consumer and requeues (at the head, in delivery order) what it held.
+    /// Removes the consumer (or pull holder): its waiting pulls are dropped and what it held is
+    /// requeued at the head, in delivery order.
     pub fn unsubscribe(&mut self, channel: &Channel, sub: SubRef, now: Instant, out: &mut Outbox) {
         let Some(ch) = self.channels.get_mut(channel) else { return };
         ch.consumers.retain(|c| c.sub != sub);
+        ch.waiters.retain(|w| w.req.holder != sub);
         let mut held: Vec<u64> = ch.inflight.iter().filter(|(_, f)| f.consumer == sub).map(|(t, _)| *t).collect();
         held.sort_unstable();
         for tag in held.into_iter().rev() {
@@ -132,14 +214,14 @@ impl Queues {
             ch.ready.push_front(f.entry);
         }
         self.pump(channel, now, out);
-        self.forget_if_idle(channel);
     }
 
-    /// ACK (`requeue == false`) or NACK the given tags of `sub`. Tags that are unknown, already
-    /// settled, requeued by a timeout, or held by another consumer are ignored: a late ACK
-    /// must not settle a message someone else now holds.
-    pub fn settle(&mut self, channel: &Channel, sub: SubRef, tags: &[u64], requeue: bool, now: Instant, out: &mut Outbox) {
+    /// Settles the given tags of `sub`. Tags that are unknown, already settled, requeued by a
+    /// timeout, or held by another consumer are ignored: a late ACK must not settle a message
+    /// someone else now holds.
+    pub fn settle(&mut self, channel: &Channel, sub: SubRef, tags: &[u64], action: &Settle, now: Instant, out: &mut Outbox) {
         let Some(ch) = self.channels.get_mut(channel) else { return };
+        let mut released = Vec::new();
         for tag in tags {
             let Some(f) = ch.inflight.get(tag) else { continue };
             if f.consumer != sub {
@@ -149,18 +231,60 @@ impl Queues {
             if let Some(c) = ch.consumers.iter_mut().find(|c| c.sub == sub) {
                 c.inflight = c.inflight.saturating_sub(1);
             }
-            if requeue {
-                ch.ready.push_back(f.entry);
+            match action {
+                Settle::Ack => {}
+                Settle::Nack => ch.ready.push_back(f.entry),
+                Settle::Release => released.push((*tag, f.entry)),
+                Settle::Requeue(target) => {
+                    let mut meta = f.entry.meta.unwrap_or_default();
+                    meta.rerouted_from = None;
+                    meta.delayed_to_ns = 0;
+                    meta.expires_at_ns = f.entry.expires_at_ns;
+                    let msg = retarget(&f.entry.msg, (**target).clone());
+                    let owner = super::owner_of(crate::model::Pattern::Queues, target, self.cores);
+                    out.push((owner, CoreMsg::QueueSend { msg, meta: Some(meta), done: None }));
+                }
             }
         }
+        // Released messages go back to the head in their original delivery order.
+        released.sort_unstable_by_key(|(tag, _)| *tag);
+        for (_, entry) in released.into_iter().rev() {
+            ch.ready.push_front(entry);
+        }
         self.pump(channel, now, out);
-        self.forget_if_idle(channel);
     }
 
-    /// Requeues (at the head) every delivery whose ack deadline has passed.
-    pub fn expire(&mut self, now: Instant, out: &mut Outbox) {
+    /// A pull: answered at once when something is ready (or it does not wait), else queued
+    /// until a message arrives or its wait ends.
+    pub fn pull(&mut self, req: PullRequest, now: Instant, out: &mut Outbox) {
+        let channel = req.channel.clone();
+        let ch = self.channels.entry(channel.clone()).or_default();
+        if req.mode == PullMode::Purge {
+            // Everything ready now; the reply cannot fail in a way that needs undoing.
+            let purged = ch.ready.len() as u64;
+            ch.ready.clear();
+            (req.reply)(PullResult { purged, ..PullResult::default() });
+            self.pump(&channel, now, out);
+            return;
+        }
+        let waiter = Waiter { deadline: now + req.wait, req };
+        ch.waiters.push_back(waiter);
+        self.pump(&channel, now, out);
+        // Nothing ready and no wait asked: answer empty now rather than at the next tick.
+        if let Some(ch) = self.channels.get_mut(&channel) {
+            if let Some(i) = ch.waiters.iter().position(|w| w.deadline <= now) {
+                let w = ch.waiters.remove(i).expect("position found");
+                (w.req.reply)(PullResult::default());
+            }
+        }
+    }
+
+    /// Periodic work: requeues (at the head) every delivery whose ack deadline has passed,
+    /// releases delayed messages that are due, and answers pulls whose wait has ended.
+    pub fn expire(&mut self, now: Instant, now_ns: i64, out: &mut Outbox) {
         let mut touched: Vec<Channel> = Vec::new();
         for (name, ch) in self.channels.iter_mut() {
+            let mut changed = false;
             let mut expired = Vec::new();
             while let Some(&(deadline, tag)) = ch.deadlines.front() {
                 if deadline > now {
@@ -171,26 +295,51 @@ impl Queues {
                     expired.push(tag);
                 }
             }
-            if expired.is_empty() {
-                continue;
-            }
             for tag in expired.into_iter().rev() {
                 let f = ch.inflight.remove(&tag).expect("checked above");
                 if let Some(c) = ch.consumers.iter_mut().find(|c| c.sub == f.consumer) {
                     c.inflight = c.inflight.saturating_sub(1);
                 }
                 ch.ready.push_front(f.entry);
+                changed = true;
             }
-            touched.push(name.clone());
+            while ch.delayed.front().is_some_and(|(due, _)| *due <= now_ns) {
+                let (_, entry) = ch.delayed.pop_front().expect("checked above");
+                ch.ready.push_back(entry);
+                changed = true;
+            }
+            while let Some(i) = ch.waiters.iter().position(|w| w.deadline <= now) {
+                let w = ch.waiters.remove(i).expect("position found");
+                (w.req.reply)(PullResult::default());
+                changed = true;
+            }
+            if changed {
+                touched.push(name.clone());
+            }
         }
         for name in touched {
             self.pump(&name, now, out);
         }
     }
 
-    /// Hands ready messages to consumers with room, round robin, then releases held receipts
-    /// if the backlog allows.
+    /// Channels this shard holds, with counters (channel management).
+    pub fn stats(&self) -> Vec<ChannelStats> {
+        self.channels
+            .iter()
+            .map(|(name, ch)| ChannelStats {
+                name: name.clone(),
+                messages: ch.sent,
+                bytes: ch.bytes,
+                waiting: (ch.ready.len() + ch.delayed.len()) as u64,
+                subscribers: ch.consumers.len() as u64,
+            })
+            .collect()
+    }
+
+    /// Serves waiting pulls, then hands ready messages to consumers with room, round robin,
+    /// then releases held receipts if the backlog allows.
     fn pump(&mut self, channel: &Channel, now: Instant, out: &mut Outbox) {
+        self.serve_waiters(channel, out);
         self.deliver_ready(channel, now, out);
         let Some(ch) = self.channels.get_mut(channel) else { return };
         if ch.held_receipts.is_empty() {
@@ -212,18 +361,102 @@ impl Queues {
         }
     }
 
+    /// The next deliverable entry: expired ones are discarded (counted in `expired`), ones past
+    /// their receive limit dead-lettered. The returned entry has its receive count raised.
+    fn take_next(&mut self, channel: &Channel, expired: &mut u32, out: &mut Outbox) -> Next {
+        let cores = self.cores;
+        let Some(ch) = self.channels.get_mut(channel) else { return Next::Empty };
+        let mut now_ns = None;
+        while let Some(mut entry) = ch.ready.pop_front() {
+            if entry.expires_at_ns != 0 && entry.expires_at_ns <= *now_ns.get_or_insert_with(now_unix_ns) {
+                *expired += 1;
+                continue;
+            }
+            if entry.receive_count >= entry.max_receive() {
+                dead_letter(channel, entry, cores, out);
+                continue;
+            }
+            entry.receive_count += 1;
+            return Next::Deliver(entry);
+        }
+        Next::Empty
+    }
+
+    fn serve_waiters(&mut self, channel: &Channel, out: &mut Outbox) {
+        loop {
+            let Some(ch) = self.channels.get_mut(channel) else { return };
+            if ch.ready.is_empty() {
+                return;
+            }
+            let Some(w) = ch.waiters.pop_front() else { return };
+            let req = w.req;
+            let mut result = PullResult::default();
+            match req.mode {
+                PullMode::Peek => {
+                    let now_ns = now_unix_ns();
+                    result.messages = ch
+                        .ready
+                        .iter()
+                        .filter(|e| e.expires_at_ns == 0 || e.expires_at_ns > now_ns)
+                        .take(req.max as usize)
+                        .map(|e| e.pulled(0))
+                        .collect();
+                    if result.messages.is_empty() {
+                        // Only expired ones ready: keep waiting for a live one.
+                        ch.waiters.push_front(Waiter { req, deadline: w.deadline });
+                        return;
+                    }
+                    (req.reply)(result);
+                }
+                // Answered in `pull`, never queued.
+                PullMode::Purge => {}
+                PullMode::Remove | PullMode::Reserve => {
+                    while result.messages.len() < req.max as usize {
+                        let Next::Deliver(entry) = self.take_next(channel, &mut result.expired, out) else { break };
+                        let tag = self.next_tag;
+                        self.next_tag += 1;
+                        result.messages.push(entry.pulled(tag));
+                        if req.mode == PullMode::Reserve {
+                            let ch = self.channels.get_mut(channel).expect("exists while taking");
+                            ch.inflight.insert(tag, Inflight { entry, consumer: req.holder });
+                        }
+                    }
+                    let ch = self.channels.get_mut(channel).expect("exists while taking");
+                    if result.messages.is_empty() {
+                        // Everything ready had expired or was dead-lettered: keep waiting.
+                        ch.waiters.push_front(Waiter { req, deadline: w.deadline });
+                        return;
+                    }
+                    let tags: Vec<u64> = if req.mode == PullMode::Reserve { result.messages.iter().map(|m| m.tag).collect() } else { Vec::new() };
+                    if !(req.reply)(result) {
+                        // The asker is gone: what it reserved goes back to the head, in order.
+                        for tag in tags.into_iter().rev() {
+                            if let Some(f) = ch.inflight.remove(&tag) {
+                                ch.ready.push_front(f.entry);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     fn deliver_ready(&mut self, channel: &Channel, now: Instant, out: &mut Outbox) {
-        let Some(ch) = self.channels.get_mut(channel) else { return };
-        let n = ch.consumers.len();
-        while !ch.ready.is_empty() && n > 0 {
+        let mut expired = 0;
+        loop {
+            let Some(ch) = self.channels.get_mut(channel) else { return };
+            let n = ch.consumers.len();
+            if ch.ready.is_empty() || n == 0 {
+                return;
+            }
             let Some(i) = (0..n).map(|k| (ch.turn + k) % n).find(|&i| ch.consumers[i].inflight < ch.consumers[i].prefetch) else {
-                break;
+                return;
             };
+            let Next::Deliver(entry) = self.take_next(channel, &mut expired, out) else { return };
+            let ch = self.channels.get_mut(channel).expect("exists while taking");
             ch.turn = (i + 1) % n;
-            let mut entry = ch.ready.pop_front().expect("checked non-empty");
             let consumer = &mut ch.consumers[i];
             consumer.inflight += 1;
-            entry.receive_count += 1;
             let tag = self.next_tag;
             self.next_tag += 1;
             let sub = consumer.sub;
@@ -236,11 +469,39 @@ impl Queues {
         }
     }
 
-    fn forget_if_idle(&mut self, channel: &Channel) {
-        if self.channels.get(channel).is_some_and(QueueChannel::is_idle) {
+    /// Channel management's delete: drops the queued messages; the channel itself is
+    /// forgotten once nobody holds, consumes or waits on it. Returns how many messages went.
+    pub fn delete(&mut self, channel: &Channel, out: &mut Outbox) -> usize {
+        let Some(ch) = self.channels.get_mut(channel) else { return 0 };
+        let dropped = ch.ready.len() + ch.delayed.len();
+        ch.ready.clear();
+        ch.delayed.clear();
+        // Nothing is queued any more: confirm held receipts rather than strand their producers.
+        for t in ch.held_receipts.drain(..) {
+            out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
+        }
+        if ch.is_idle() {
             self.channels.remove(channel);
         }
+        dropped
     }
+}
+
+/// The same message on another queue (a requeue or dead-letter copy keeps id, body and tags).
+fn retarget(msg: &Arc<Message>, channel: Channel) -> Arc<Message> {
+    let mut copy = Message::clone(msg);
+    copy.channel = channel;
+    Arc::new(copy)
+}
+
+/// Moves `entry` to its dead-letter queue, or discards it when it has none.
+fn dead_letter(from: &Channel, entry: Entry, cores: usize, out: &mut Outbox) {
+    let Some(meta) = entry.meta else { return };
+    let Some(target) = meta.dead_letter.clone() else { return };
+    let copy = QueueMeta { expires_at_ns: entry.expires_at_ns, delayed_to_ns: 0, max_receive: 0, dead_letter: None, rerouted_from: Some(from.clone()) };
+    let msg = retarget(&entry.msg, target.clone());
+    let owner = super::owner_of(crate::model::Pattern::Queues, &target, cores);
+    out.push((owner, CoreMsg::QueueSend { msg, meta: Some(Box::new(copy)), done: None }));
 }
 
 #[cfg(test)]
@@ -283,13 +544,13 @@ mod tests {
 
     #[test]
     fn competing_consumers_each_message_once() {
-        let mut q = Queues::new(0, Duration::from_secs(30));
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 100, now, &mut out);
         q.subscribe(ch(), sub(1, 2), 100, now, &mut out);
         for i in 0..10 {
-            q.send(msg(&i.to_string()), None, now, &mut out);
+            q.send(msg(&i.to_string()), None, None, now, &mut out);
         }
         let d = deliveries(&mut out);
         assert_eq!(d.len(), 10);
@@ -301,51 +562,51 @@ mod tests {
 
     #[test]
     fn prefetch_limits_unacked_and_ack_frees_room() {
-        let mut q = Queues::new(0, Duration::from_secs(30));
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 2, now, &mut out);
         for i in 0..5 {
-            q.send(msg(&i.to_string()), None, now, &mut out);
+            q.send(msg(&i.to_string()), None, None, now, &mut out);
         }
         let d = deliveries(&mut out);
         assert_eq!(d.iter().map(|x| x.2.as_str()).collect::<Vec<_>>(), ["0", "1"]);
         assert_eq!(q.depth(&ch()), QueueDepth { ready: 3, inflight: 2, consumers: 1 });
-        q.settle(&ch(), sub(0, 1), &[d[0].1], false, now, &mut out);
+        q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Ack, now, &mut out);
         assert_eq!(deliveries(&mut out).iter().map(|x| x.2.as_str()).collect::<Vec<_>>(), ["2"]);
     }
 
     #[test]
     fn nack_requeues_at_tail_with_redelivered() {
-        let mut q = Queues::new(0, Duration::from_secs(30));
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 1, now, &mut out);
-        q.send(msg("a"), None, now, &mut out);
-        q.send(msg("b"), None, now, &mut out);
+        q.send(msg("a"), None, None, now, &mut out);
+        q.send(msg("b"), None, None, now, &mut out);
         let d = deliveries(&mut out);
-        q.settle(&ch(), sub(0, 1), &[d[0].1], true, now, &mut out);
+        q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Nack, now, &mut out);
         let d2 = deliveries(&mut out);
         assert_eq!((d2[0].2.as_str(), d2[0].3), ("b", false));
-        q.settle(&ch(), sub(0, 1), &[d2[0].1], false, now, &mut out);
+        q.settle(&ch(), sub(0, 1), &[d2[0].1], &Settle::Ack, now, &mut out);
         let d3 = deliveries(&mut out);
         assert_eq!((d3[0].2.as_str(), d3[0].3), ("a", true));
     }
 
     #[test]
     fn release_requeues_at_head_in_order() {
-        let mut q = Queues::new(0, Duration::from_secs(30));
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
         for b in ["a", "b", "c"] {
-            q.send(msg(b), None, now, &mut out);
+            q.send(msg(b), None, None, now, &mut out);
         }
         let d = deliveries(&mut out);
-        q.settle(&ch(), sub(0, 1), &[d[1].1], false, now, &mut out); // ack "b"
+        q.settle(&ch(), sub(0, 1), &[d[1].1], &Settle::Ack, now, &mut out); // ack "b"
         q.unsubscribe(&ch(), sub(0, 1), now, &mut out);
         assert!(out.is_empty());
-        q.send(msg("d"), None, now, &mut out);
+        q.send(msg("d"), None, None, now, &mut out);
         q.subscribe(ch(), sub(1, 2), 10, now, &mut out);
         let d = deliveries(&mut out);
         assert_eq!(d.iter().map(|x| (x.2.as_str(), x.3)).collect::<Vec<_>>(), [("a", true), ("c", true), ("d", false)]);
@@ -353,44 +614,48 @@ mod tests {
 
     #[test]
     fn ack_timeout_requeues() {
-        let mut q = Queues::new(0, Duration::from_secs(2));
+        let mut q = Queues::new(0, 1, Duration::from_secs(2));
         let t0 = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, t0, &mut out);
-        q.send(msg("a"), None, t0, &mut out);
+        q.send(msg("a"), None, None, t0, &mut out);
         let d = deliveries(&mut out);
-        q.expire(t0 + Duration::from_secs(1), &mut out);
+        q.expire(t0 + Duration::from_secs(1), 0, &mut out);
         assert!(out.is_empty());
-        q.expire(t0 + Duration::from_secs(2), &mut out);
+        q.expire(t0 + Duration::from_secs(2), 0, &mut out);
         let d2 = deliveries(&mut out);
         assert_eq!((d2[0].2.as_str(), d2[0].3), ("a", true));
         // the late ACK of the first delivery is ignored
-        q.settle(&ch(), sub(0, 1), &[d[0].1], false, t0, &mut out);
+        q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Ack, t0, &mut out);
         assert_eq!(q.depth(&ch()).inflight, 1);
     }
 
     #[test]
     fn foreign_tag_is_ignored() {
-        let mut q = Queues::new(0, Duration::from_secs(30));
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
-        q.send(msg("a"), None, now, &mut out);
+        q.send(msg("a"), None, None, now, &mut out);
         let d = deliveries(&mut out);
-        q.settle(&ch(), sub(1, 9), &[d[0].1], false, now, &mut out);
+        q.settle(&ch(), sub(1, 9), &[d[0].1], &Settle::Ack, now, &mut out);
         assert_eq!(q.depth(&ch()).inflight, 1);
     }
 
     #[test]
-    fn idle_channel_is_forgotten() {
-        let mut q = Queues::new(0, Duration::from_secs(30));
+    fn channels_persist_until_deleted() {
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
-        q.send(msg("a"), None, now, &mut out);
+        q.send(msg("a"), None, None, now, &mut out);
         let d = deliveries(&mut out);
-        q.settle(&ch(), sub(0, 1), &[d[0].1], false, now, &mut out);
+        q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Ack, now, &mut out);
         q.unsubscribe(&ch(), sub(0, 1), now, &mut out);
+        let stats = q.stats();
+        assert_eq!((stats.len(), stats[0].messages, stats[0].waiting), (1, 1, 0), "KubeMQ channels outlive their traffic");
+        q.send(msg("b"), None, None, now, &mut out);
+        assert_eq!(q.delete(&ch(), &mut out), 1);
         assert!(q.channels.is_empty());
     }
 
@@ -408,12 +673,12 @@ mod tests {
 
     #[test]
     fn receipts_are_immediate_without_consumers_or_backlog() {
-        let mut q = Queues::new(0, Duration::from_secs(30));
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         // Nobody consumes: a work buffer fills without pacing.
         for i in 0..5000 {
-            q.send(msg("x"), Some(ticket(i)), now, &mut out);
+            q.send(msg("x"), None, Some(ticket(i)), now, &mut out);
         }
         assert_eq!(confirmed(&out).len(), 5000);
         assert_eq!(q.held_receipts(&ch()), 0);
@@ -421,13 +686,13 @@ mod tests {
 
     #[test]
     fn receipts_are_held_while_consumers_are_behind() {
-        let mut q = Queues::new(0, Duration::from_secs(30));
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out); // high water = max(10 * 16, 1024)
         let mut tags = Vec::new();
         for i in 0..1100 {
-            q.send(msg("x"), Some(ticket(i)), now, &mut out);
+            q.send(msg("x"), None, Some(ticket(i)), now, &mut out);
         }
         for (_, m) in out.drain(..) {
             if let CoreMsg::QueueDeliver { tag, .. } = m {
@@ -440,7 +705,7 @@ mod tests {
         let mut released = 0;
         while q.held_receipts(&ch()) > 0 {
             let tag = tags.remove(0);
-            q.settle(&ch(), sub(0, 1), &[tag], false, now, &mut out);
+            q.settle(&ch(), sub(0, 1), &[tag], &Settle::Ack, now, &mut out);
             for (_, m) in out.drain(..) {
                 match m {
                     CoreMsg::QueueDeliver { tag, .. } => tags.push(tag),
@@ -455,12 +720,12 @@ mod tests {
 
     #[test]
     fn held_receipts_are_released_when_consumers_leave() {
-        let mut q = Queues::new(0, Duration::from_secs(30));
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 1, now, &mut out);
         for i in 0..2000 {
-            q.send(msg("x"), Some(ticket(i)), now, &mut out);
+            q.send(msg("x"), None, Some(ticket(i)), now, &mut out);
         }
         let held = q.held_receipts(&ch());
         assert!(held > 0);

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 struct Responder {
     id: u64,
-    #[allow(dead_code)] // groups matter once several responder groups share a channel (gRPC)
     group: Option<Bytes>,
     handle: ResponderFn,
 }
@@ -53,25 +52,52 @@ impl Rpc {
         }
     }
 
+    /// Channels of `pattern` with responders here, and how many.
+    pub fn stats(&self, pattern: Pattern) -> Vec<crate::runtime::msg::ChannelStats> {
+        self.responders
+            .iter()
+            .filter(|((p, _), _)| *p == pattern)
+            .map(|((_, name), r)| crate::runtime::msg::ChannelStats { name: name.clone(), subscribers: r.list.len() as u64, ..Default::default() })
+            .collect()
+    }
+
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
 
-    /// Hands the request to one responder (round robin; a responder whose queue is gone is
-    /// dropped and the next one tried). No responder → `no-responder` at once.
+    /// Hands the request to its responders: every group-less responder gets it, and each
+    /// group one member (round robin); the first answer wins (kubemq-patterns.md §5.1). A
+    /// responder whose queue is gone is dropped (for a group, the next member is tried). No
+    /// responder → `no-responder` at once.
     pub fn request(&mut self, req: RpcRequest, now: Instant, out: &mut Outbox) {
         let key = (req.pattern, req.msg.channel.clone());
         let mut handed = false;
         if let Some(e) = self.responders.get_mut(&key) {
-            while !e.list.is_empty() {
-                let i = e.turn % e.list.len();
-                if (e.list[i].handle)(&req) {
-                    e.turn = i + 1;
-                    handed = true;
-                    break;
+            // Group-less responders: all of them.
+            e.list.retain(|r| r.group.is_some() || {
+                let alive = (r.handle)(&req);
+                handed |= alive;
+                alive
+            });
+            // Each group: one member, starting at the channel's turn.
+            let mut groups: Vec<Bytes> = e.list.iter().filter_map(|r| r.group.clone()).collect();
+            groups.sort_unstable();
+            groups.dedup();
+            for group in groups {
+                loop {
+                    let members: Vec<usize> = (0..e.list.len()).filter(|&i| e.list[i].group.as_ref() == Some(&group)).collect();
+                    if members.is_empty() {
+                        break;
+                    }
+                    let i = members[e.turn % members.len()];
+                    if (e.list[i].handle)(&req) {
+                        handed = true;
+                        break;
+                    }
+                    e.list.remove(i);
                 }
-                e.list.remove(i);
             }
+            e.turn = e.turn.wrapping_add(1);
             if e.list.is_empty() {
                 self.responders.remove(&key);
             }
@@ -184,7 +210,7 @@ mod tests {
         rpc.request(req("r1", 1000), Instant::now(), &mut out);
         assert!(out.is_empty());
         assert_eq!(seen.load(Ordering::SeqCst), 1);
-        let answer = RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from_static(b"ok"), tags: Default::default() };
+        let answer = RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from_static(b"ok"), tags: Default::default(), responder: Bytes::new(), timestamp_ns: 0 };
         assert!(rpc.respond(b"r1", answer.clone(), &mut out));
         assert_eq!(outcome(&out), vec![answer]);
         // a second (late) answer is dropped

@@ -99,6 +99,25 @@ impl Store {
         }
     }
 
+    /// Drops the channel's log when it has no live subscribers.
+    pub fn delete(&mut self, channel: &Channel) {
+        if self.channels.get(channel).is_some_and(|ch| ch.live.is_empty()) {
+            self.channels.remove(channel);
+        }
+    }
+
+    /// Stored channels with their message count and body bytes.
+    pub fn stats(&self) -> Vec<crate::runtime::msg::ChannelStats> {
+        self.channels
+            .iter()
+            .map(|(name, ch)| {
+                let messages = ch.log.last_seq();
+                let bytes = (1..=messages).filter_map(|s| ch.log.get(s)).map(|m| m.body.len() as u64).sum();
+                crate::runtime::msg::ChannelStats { name: name.clone(), messages, bytes, waiting: 0, subscribers: ch.live.len() as u64 }
+            })
+            .collect()
+    }
+
     pub fn last_seq(&self, channel: &Channel) -> u64 {
         self.channels.get(channel).map(|c| c.log.last_seq()).unwrap_or(0)
     }

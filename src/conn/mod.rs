@@ -747,7 +747,7 @@ fn after_write(core: &Rc<Core>, conn: &Conn, sent: &mut Vec<Sent>) {
         // A subscription released meanwhile already had its messages requeued and settled.
         let Some(sub) = subs.get(&sub_no) else { continue };
         let sub_ref = crate::runtime::msg::SubRef { core: core.id, conn: conn.id, sub: sub_no };
-        core.dispatch(sub.owner, CoreMsg::QueueSettle { channel: sub.channel.clone(), sub: sub_ref, tags, requeue: false, done: None });
+        core.dispatch(sub.owner, CoreMsg::QueueSettle { channel: sub.channel.clone(), sub: sub_ref, tags, action: crate::runtime::msg::Settle::Ack, done: None });
     }
     drop(subs);
     core.drain_local();

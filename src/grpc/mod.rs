@@ -5,8 +5,23 @@
 //! futures. gRPC traffic reaches the array through [`ArrayHandle`], which sends `CoreMsg`s from
 //! any thread, so the gRPC side needs no core of its own.
 //!
-//! This slice answers `Ping` and returns `UNIMPLEMENTED` for every other RPC; see [`service`].
+//! Each RPC is served by the module of its pattern ([`service`] has the table); [`bridge`]
+//! holds what they share (ids, confirmations from the cores). The STOMP cores never wait on
+//! gRPC: every hand-off from a core to a gRPC stream is a non-blocking channel send.
+pub mod bridge;
+pub mod channels;
+pub mod convert;
+pub mod events;
+pub mod queues;
+pub mod rpc;
 pub mod service;
+pub mod stream;
+pub mod validate;
+
+pub use bridge::Limits;
+
+/// A server stream of `T`.
+pub type BoxStream<T> = std::pin::Pin<Box<dyn futures_lite::Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
 
 /// Types, server and client generated from `proto/kubemq.proto` by `build.rs`.
 #[allow(clippy::all, clippy::pedantic, missing_docs, non_camel_case_types)]
@@ -40,6 +55,14 @@ pub struct GrpcServer {
 /// Binding the listener, building the runtime or spawning the thread fails. All three happen
 /// before this returns, so a taken port is reported here rather than logged later.
 pub fn start(addr: SocketAddr, threads: usize, array: ArrayHandle) -> std::io::Result<GrpcServer> {
+    start_with(addr, threads, array, Limits::default())
+}
+
+/// [`start`] with explicit limits.
+///
+/// # Errors
+/// As [`start`].
+pub fn start_with(addr: SocketAddr, threads: usize, array: ArrayHandle, limits: Limits) -> std::io::Result<GrpcServer> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let local_addr = listener.local_addr()?;
@@ -55,7 +78,7 @@ pub fn start(addr: SocketAddr, threads: usize, array: ArrayHandle) -> std::io::R
     };
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let thread = std::thread::Builder::new().name("stompgate-grpc".into()).spawn(move || {
-        runtime.block_on(serve(listener, array, stop_rx));
+        runtime.block_on(serve(listener, array, limits, stop_rx));
         // Whatever the grace period abandoned (a stuck handler) must not hold up the join.
         runtime.shutdown_timeout(Duration::from_millis(500));
     })?;
@@ -94,7 +117,7 @@ impl Drop for GrpcServer {
 
 /// Serves until `stop_rx` fires (or its sender is dropped), then drains for at most
 /// [`SHUTDOWN_GRACE`].
-async fn serve(listener: tokio::net::TcpListener, array: ArrayHandle, stop_rx: oneshot::Receiver<()>) {
+async fn serve(listener: tokio::net::TcpListener, array: ArrayHandle, limits: Limits, stop_rx: oneshot::Receiver<()>) {
     let incoming = match tonic::transport::server::TcpIncoming::from_listener(listener, true, None) {
         Ok(incoming) => incoming,
         Err(e) => {
@@ -102,7 +125,7 @@ async fn serve(listener: tokio::net::TcpListener, array: ArrayHandle, stop_rx: o
             return;
         }
     };
-    let svc = pb::kubemq_server::KubemqServer::new(service::KubemqService::new(array))
+    let svc = pb::kubemq_server::KubemqServer::new(service::KubemqService::new(array, limits))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // The stop signal is awaited once, by tonic; `grace_rx` tells the deadline it has started.

@@ -1,113 +1,112 @@
-//! The `kubemq.kubemq` service: which RPCs stompgate answers.
+//! The `kubemq.kubemq` service: each RPC delegates to the module that owns its pattern.
 //!
-//! | RPC | Answer |
+//! | RPC | Module |
 //! |---|---|
-//! | `Ping` | `PingResult` (host, crate version, start time, uptime) |
-//! | every other RPC | `UNIMPLEMENTED` at once; streaming RPCs return the status instead of a stream and never read the request stream |
-use super::pb;
+//! | `Ping` | here: host, crate version, start time, uptime |
+//! | `SendEvent`, `SendEventsStream`, `SubscribeToEvents` | [`super::events`] |
+//! | `SubscribeToRequests`, `SendRequest`, `SendResponse` | [`super::rpc`] (management queries: [`super::channels`]) |
+//! | `SendQueueMessage`, `SendQueueMessagesBatch`, `QueuesUpstream`, `QueuesDownstream`, `ReceiveQueueMessages`, `AckAllQueueMessages` | [`super::queues`] |
+//! | `QueuesInfo` | here, from the queues' channel list |
+//! | `StreamQueueMessage` (legacy; no current SDK calls it) | `UNIMPLEMENTED` at once, without reading the request stream |
+use super::bridge::{Bridge, Limits};
+use super::{events, pb, queues, rpc, BoxStream};
 use crate::runtime::handle::ArrayHandle;
-use futures_lite::Stream;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::{Request, Response, Status, Streaming};
 
-/// A server stream of `T` (what a streaming RPC returns once implemented).
-pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+/// What `Ping` reports as `Version`: the KubeMQ server API level stompgate implements, with its
+/// own name and version as semver build metadata. SDKs compare the numeric prefix with the
+/// range they were tested against (Python 4.1.5: 2.4.0–2.6.0) and warn on every connect when it
+/// is outside; a bare `0.1.0` would trigger that warning.
+pub const PING_VERSION: &str = concat!("2.6.0+stompgate.", env!("CARGO_PKG_VERSION"));
 
 /// Implements `kubemq_server::Kubemq` on top of the array.
 pub struct KubemqService {
-    /// The array the RPCs will publish into and subscribe from; unused until they are implemented.
-    #[allow(dead_code)]
-    array: ArrayHandle,
+    bridge: Arc<Bridge>,
     host: String,
     /// Unix seconds when this process started (what `Ping` reports as `ServerStartTime`).
     started_unix_secs: i64,
 }
 
 impl KubemqService {
-    pub fn new(array: ArrayHandle) -> Self {
+    pub fn new(array: ArrayHandle, limits: Limits) -> Self {
         let started_unix_secs = process_start_unix_secs().unwrap_or_else(now_unix_secs);
-        KubemqService { array, host: host_name().unwrap_or_else(|| "stompgate".into()), started_unix_secs }
+        KubemqService { bridge: Bridge::new(array, limits), host: host_name().unwrap_or_else(|| "stompgate".into()), started_unix_secs }
     }
-}
-
-/// The status for an RPC stompgate does not serve yet (clients treat UNIMPLEMENTED as final,
-/// not retryable).
-fn unsupported(rpc: &str) -> Status {
-    Status::unimplemented(format!("{rpc} is not supported by stompgate yet"))
 }
 
 #[tonic::async_trait]
 impl pb::kubemq_server::Kubemq for KubemqService {
-    async fn send_event(&self, _: Request<pb::Event>) -> Result<Response<pb::Result>, Status> {
-        Err(unsupported("SendEvent"))
+    async fn send_event(&self, r: Request<pb::Event>) -> Result<Response<pb::Result>, Status> {
+        events::send_event(&self.bridge, r.into_inner()).await.map(Response::new)
     }
 
     type SendEventsStreamStream = BoxStream<pb::Result>;
-    async fn send_events_stream(&self, _: Request<Streaming<pb::Event>>) -> Result<Response<Self::SendEventsStreamStream>, Status> {
-        Err(unsupported("SendEventsStream"))
+    async fn send_events_stream(&self, r: Request<Streaming<pb::Event>>) -> Result<Response<Self::SendEventsStreamStream>, Status> {
+        Ok(Response::new(events::send_events_stream(Arc::clone(&self.bridge), r.into_inner())))
     }
 
     type SubscribeToEventsStream = BoxStream<pb::EventReceive>;
-    async fn subscribe_to_events(&self, _: Request<pb::Subscribe>) -> Result<Response<Self::SubscribeToEventsStream>, Status> {
-        Err(unsupported("SubscribeToEvents"))
+    async fn subscribe_to_events(&self, r: Request<pb::Subscribe>) -> Result<Response<Self::SubscribeToEventsStream>, Status> {
+        events::subscribe(Arc::clone(&self.bridge), r.into_inner()).await.map(Response::new)
     }
 
     type SubscribeToRequestsStream = BoxStream<pb::Request>;
-    async fn subscribe_to_requests(&self, _: Request<pb::Subscribe>) -> Result<Response<Self::SubscribeToRequestsStream>, Status> {
-        Err(unsupported("SubscribeToRequests"))
+    async fn subscribe_to_requests(&self, r: Request<pb::Subscribe>) -> Result<Response<Self::SubscribeToRequestsStream>, Status> {
+        rpc::subscribe(Arc::clone(&self.bridge), r.into_inner()).await.map(Response::new)
     }
 
-    async fn send_request(&self, _: Request<pb::Request>) -> Result<Response<pb::Response>, Status> {
-        Err(unsupported("SendRequest"))
+    async fn send_request(&self, r: Request<pb::Request>) -> Result<Response<pb::Response>, Status> {
+        rpc::request(&self.bridge, r.into_inner()).await.map(Response::new)
     }
 
-    async fn send_response(&self, _: Request<pb::Response>) -> Result<Response<pb::Empty>, Status> {
-        Err(unsupported("SendResponse"))
+    async fn send_response(&self, r: Request<pb::Response>) -> Result<Response<pb::Empty>, Status> {
+        rpc::respond(&self.bridge, r.into_inner()).map(Response::new)
     }
 
-    async fn send_queue_message(&self, _: Request<pb::QueueMessage>) -> Result<Response<pb::SendQueueMessageResult>, Status> {
-        Err(unsupported("SendQueueMessage"))
+    async fn send_queue_message(&self, r: Request<pb::QueueMessage>) -> Result<Response<pb::SendQueueMessageResult>, Status> {
+        Ok(Response::new(queues::send_one(&self.bridge, r.into_inner()).await))
     }
 
-    async fn send_queue_messages_batch(&self, _: Request<pb::QueueMessagesBatchRequest>) -> Result<Response<pb::QueueMessagesBatchResponse>, Status> {
-        Err(unsupported("SendQueueMessagesBatch"))
+    async fn send_queue_messages_batch(&self, r: Request<pb::QueueMessagesBatchRequest>) -> Result<Response<pb::QueueMessagesBatchResponse>, Status> {
+        queues::send_batch(&self.bridge, r.into_inner()).await.map(Response::new)
     }
 
-    async fn receive_queue_messages(&self, _: Request<pb::ReceiveQueueMessagesRequest>) -> Result<Response<pb::ReceiveQueueMessagesResponse>, Status> {
-        Err(unsupported("ReceiveQueueMessages"))
+    async fn receive_queue_messages(&self, r: Request<pb::ReceiveQueueMessagesRequest>) -> Result<Response<pb::ReceiveQueueMessagesResponse>, Status> {
+        Ok(Response::new(queues::receive(&self.bridge, r.into_inner()).await))
     }
 
     type StreamQueueMessageStream = BoxStream<pb::StreamQueueMessagesResponse>;
     async fn stream_queue_message(&self, _: Request<Streaming<pb::StreamQueueMessagesRequest>>) -> Result<Response<Self::StreamQueueMessageStream>, Status> {
-        Err(unsupported("StreamQueueMessage"))
+        Err(Status::unimplemented("StreamQueueMessage (the legacy single-message queue stream) is not supported by stompgate; use QueuesDownstream"))
     }
 
-    async fn ack_all_queue_messages(&self, _: Request<pb::AckAllQueueMessagesRequest>) -> Result<Response<pb::AckAllQueueMessagesResponse>, Status> {
-        Err(unsupported("AckAllQueueMessages"))
+    async fn ack_all_queue_messages(&self, r: Request<pb::AckAllQueueMessagesRequest>) -> Result<Response<pb::AckAllQueueMessagesResponse>, Status> {
+        Ok(Response::new(queues::ack_all(&self.bridge, r.into_inner()).await))
     }
 
     async fn ping(&self, _: Request<pb::Empty>) -> Result<Response<pb::PingResult>, Status> {
         Ok(Response::new(pb::PingResult {
             host: self.host.clone(),
-            version: env!("CARGO_PKG_VERSION").into(),
+            version: PING_VERSION.into(),
             server_start_time: self.started_unix_secs,
             server_up_time_seconds: (now_unix_secs() - self.started_unix_secs).max(0),
         }))
     }
 
     type QueuesDownstreamStream = BoxStream<pb::QueuesDownstreamResponse>;
-    async fn queues_downstream(&self, _: Request<Streaming<pb::QueuesDownstreamRequest>>) -> Result<Response<Self::QueuesDownstreamStream>, Status> {
-        Err(unsupported("QueuesDownstream"))
+    async fn queues_downstream(&self, r: Request<Streaming<pb::QueuesDownstreamRequest>>) -> Result<Response<Self::QueuesDownstreamStream>, Status> {
+        Ok(Response::new(queues::downstream(Arc::clone(&self.bridge), r.into_inner())))
     }
 
     type QueuesUpstreamStream = BoxStream<pb::QueuesUpstreamResponse>;
-    async fn queues_upstream(&self, _: Request<Streaming<pb::QueuesUpstreamRequest>>) -> Result<Response<Self::QueuesUpstreamStream>, Status> {
-        Err(unsupported("QueuesUpstream"))
+    async fn queues_upstream(&self, r: Request<Streaming<pb::QueuesUpstreamRequest>>) -> Result<Response<Self::QueuesUpstreamStream>, Status> {
+        Ok(Response::new(queues::upstream(Arc::clone(&self.bridge), r.into_inner())))
     }
 
-    async fn queues_info(&self, _: Request<pb::QueuesInfoRequest>) -> Result<Response<pb::QueuesInfoResponse>, Status> {
-        Err(unsupported("QueuesInfo"))
+    async fn queues_info(&self, r: Request<pb::QueuesInfoRequest>) -> Result<Response<pb::QueuesInfoResponse>, Status> {
+        Ok(Response::new(queues::info(&self.bridge, r.into_inner()).await))
     }
 }
 

@@ -1,6 +1,6 @@
 //! One core: its connections, its array shard, and its end of the channel mesh. Everything
 //! here is owned by one executor thread; `RefCell` borrows are never held across `.await`.
-use super::msg::{ConnId, CoreId, CoreMsg, Ticket};
+use super::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Settle, Ticket};
 use crate::array::{Outbox, Shard};
 use crate::config::Config;
 use crate::conn::{Conn, Delivery};
@@ -69,6 +69,9 @@ pub struct Core {
     draining: Cell<bool>,
     pub shard: RefCell<Shard>,
     pub conns: RefCell<AHashMap<ConnId, Rc<Conn>>>,
+    /// Delivery targets outside the cores (gRPC subscribers and requesters), by the
+    /// connection id their `SubRef`s carry.
+    sinks: RefCell<AHashMap<ConnId, Arc<dyn ExternalSink>>>,
     next_conn: Cell<u64>,
     next_id: Cell<u64>,
     id_arena: RefCell<bytes::BytesMut>,
@@ -93,7 +96,8 @@ impl Core {
             flushing: (0..cores).map(|_| Cell::new(false)).collect(),
             local: RefCell::new(VecDeque::new()),
             draining: Cell::new(false),
-            shard: RefCell::new(Shard::new(id, ack_timeout)),
+            shard: RefCell::new(Shard::new(id, cores, ack_timeout)),
+            sinks: RefCell::new(AHashMap::new()),
             conns: RefCell::new(AHashMap::new()),
             next_conn: Cell::new(1),
             next_id: Cell::new(1),
@@ -251,7 +255,16 @@ impl Core {
                     out.push((t.core, CoreMsg::Done { ticket: t, more }));
                 }
             }
-            CoreMsg::QueueSend { msg, done } => self.shard.borrow_mut().queues.send(msg, done, Instant::now(), &mut out),
+            CoreMsg::QueueSend { msg, meta, done } => self.shard.borrow_mut().queues.send(msg, meta, done, Instant::now(), &mut out),
+            CoreMsg::QueuePull(req) => self.shard.borrow_mut().queues.pull(*req, Instant::now(), &mut out),
+            CoreMsg::AttachSink { conn, sink } => {
+                self.sinks.borrow_mut().insert(conn, sink);
+            }
+            CoreMsg::DetachSink { conn } => {
+                self.sinks.borrow_mut().remove(&conn);
+            }
+            CoreMsg::DeleteChannel { pattern, channel } => self.shard.borrow_mut().delete(pattern, &channel, &mut out),
+            CoreMsg::ListChannels { pattern, reply } => reply(self.shard.borrow().stats(pattern)),
             CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch, done } => {
                 let mut shard = self.shard.borrow_mut();
                 let interest = crate::array::events::Interest { sub, group };
@@ -279,8 +292,8 @@ impl Core {
                     out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
                 }
             }
-            CoreMsg::QueueSettle { channel, sub, tags, requeue, done } => {
-                self.shard.borrow_mut().queues.settle(&channel, sub, &tags, requeue, Instant::now(), &mut out);
+            CoreMsg::QueueSettle { channel, sub, tags, action, done } => {
+                self.shard.borrow_mut().queues.settle(&channel, sub, &tags, &action, Instant::now(), &mut out);
                 if let Some(t) = done {
                     out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
                 }
@@ -304,6 +317,8 @@ impl Core {
                         if conn.deliver_event(self, pattern, &msg, sub.sub, done) == Delivery::Parked {
                             parked += 1;
                         }
+                    } else if let Some(sink) = self.sinks.borrow().get(&sub.conn) {
+                        sink.deliver(pattern, &msg);
                     }
                 }
                 drop(conns);
@@ -320,19 +335,27 @@ impl Core {
                 match conn {
                     Some(conn) if conn.deliver_queue(self, &msg, sub.sub, owner, tag, redelivered) => {}
                     // The consumer is gone or no longer subscribed: give the message back.
-                    _ => out.push((owner, CoreMsg::QueueSettle { channel: msg.channel.clone(), sub, tags: vec![tag], requeue: true, done: None })),
+                    _ => out.push((owner, CoreMsg::QueueSettle { channel: msg.channel.clone(), sub, tags: vec![tag], action: Settle::Release, done: None })),
                 }
             }
             CoreMsg::RpcReply { reply_to, pattern, correlation_id, outcome } => {
                 let conn = self.conns.borrow().get(&reply_to.conn).cloned();
                 if let Some(conn) = conn {
                     conn.deliver_rpc_reply(self, reply_to.sub, pattern, correlation_id, *outcome);
+                } else {
+                    // A gRPC requester's sink serves exactly one request.
+                    let sink = self.sinks.borrow_mut().remove(&reply_to.conn);
+                    if let Some(sink) = sink {
+                        sink.rpc_reply(*outcome);
+                    }
                 }
             }
             CoreMsg::Done { ticket, more } => {
                 let conn = self.conns.borrow().get(&ticket.conn).cloned();
                 if let Some(conn) = conn {
                     conn.ticket_done(self, ticket.token, more);
+                } else if let Some(sink) = self.sinks.borrow().get(&ticket.conn) {
+                    sink.done(ticket.token, more);
                 }
             }
         }
@@ -346,7 +369,7 @@ impl Core {
         let mut out = Outbox::new();
         {
             let mut shard = self.shard.borrow_mut();
-            shard.queues.expire(now, &mut out);
+            shard.queues.expire(now, now_unix_ns(), &mut out);
             shard.rpc.expire(now, &mut out);
         }
         self.dispatch_all(&mut out);

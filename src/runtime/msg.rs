@@ -51,7 +51,7 @@ pub struct Ticket {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RpcOutcome {
     /// The responder answered. `error` non-empty = a logical failure (`stomp-error: failed`).
-    Response { executed: bool, error: Bytes, metadata: Bytes, body: Bytes, tags: crate::model::Tags },
+    Response { executed: bool, error: Bytes, metadata: Bytes, body: Bytes, tags: crate::model::Tags, responder: Bytes, timestamp_ns: i64 },
     Timeout,
     NoResponder,
     Unavailable,
@@ -74,14 +74,116 @@ pub struct RpcRequest {
 /// false if that queue is gone, so the owner can try another responder.
 pub type ResponderFn = Arc<dyn Fn(&RpcRequest) -> bool + Send + Sync>;
 
+/// What a queue settlement does to the deliveries it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// Done with: remove.
+    Ack,
+    /// Rejected: back to the tail; the delivery counts toward the receive limit.
+    Nack,
+    /// Given back unprocessed (stream closed, transaction closed): back to the head.
+    Release,
+    /// Moved to another queue with its receive count reset (gRPC ReQueue).
+    Requeue(Box<Channel>),
+}
+
+/// A queue sender's policy, resolved to absolute times by the sender side.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueMeta {
+    /// Unix ns after which the message is discarded instead of delivered; 0 = never.
+    pub expires_at_ns: i64,
+    /// Unix ns before which the message is not delivered; 0 = at once.
+    pub delayed_to_ns: i64,
+    /// Deliveries allowed before the message is dead-lettered; 0 = the array default.
+    pub max_receive: u32,
+    /// Where a message goes when it exceeds `max_receive`; none = discarded.
+    pub dead_letter: Option<Channel>,
+    /// Set on a dead-lettered copy: the queue it came from.
+    pub rerouted_from: Option<Channel>,
+}
+
+/// How a pull takes messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullMode {
+    /// Reserve for the holder until settled (QueuesDownstream Get).
+    Reserve,
+    /// Remove at once (auto-ack, `ReceiveQueueMessages` pull).
+    Remove,
+    /// Look without taking (`ReceiveQueueMessages` peek).
+    Peek,
+    /// Remove everything ready now and report the count (`AckAllQueueMessages`).
+    Purge,
+}
+
+/// One queue message handed to a pull, with its server-side attributes.
+#[derive(Clone, Debug)]
+pub struct Pulled {
+    pub msg: Arc<Message>,
+    /// The owner's delivery tag (what a `QueueSettle` names).
+    pub tag: u64,
+    /// Per-queue sequence (gRPC `Attributes.Sequence`).
+    pub seq: u64,
+    /// Deliveries including this one.
+    pub receive_count: u32,
+    pub expires_at_ns: i64,
+    pub delayed_to_ns: i64,
+    pub rerouted_from: Option<Channel>,
+}
+
+#[derive(Debug, Default)]
+pub struct PullResult {
+    pub messages: Vec<Pulled>,
+    /// Expired messages discarded while collecting.
+    pub expired: u32,
+    /// `Purge`: how many messages were removed.
+    pub purged: u64,
+}
+
+/// Receives a pull's result on the owner core. Must not block; returns false when the asker
+/// is gone, and then reserved messages are put back.
+pub type PullReply = Box<dyn FnOnce(PullResult) -> bool + Send>;
+
+pub struct PullRequest {
+    pub channel: Channel,
+    /// Who holds reserved messages (settles and releases them by this `SubRef`).
+    pub holder: SubRef,
+    pub max: u32,
+    /// How long to wait for a first message when none is ready.
+    pub wait: std::time::Duration,
+    pub mode: PullMode,
+    pub reply: PullReply,
+}
+
+/// A channel as channel management lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    pub name: Channel,
+    pub messages: u64,
+    pub bytes: u64,
+    pub waiting: u64,
+    pub subscribers: u64,
+}
+
+/// A delivery target outside the cores (see `CoreMsg::AttachSink`). Called on the core
+/// thread: implementations hand off to their own queue and never block.
+pub trait ExternalSink: Send + Sync {
+    /// An Events / Events-Store delivery.
+    fn deliver(&self, _pattern: Pattern, _msg: &Arc<Message>) {}
+    /// The answer to a Commands/Queries request this sink made.
+    fn rpc_reply(&self, _outcome: RpcOutcome) {}
+    /// A confirmation for a ticket this sink issued (see `CoreMsg::Done`).
+    fn done(&self, _token: u64, _more: u32) {}
+}
+
 pub enum CoreMsg {
     // ---- to the owner core of (pattern, channel) ----
     /// Publish to Events or Events-Store. Never dropped on the way to the owner (a full ring
     /// spills into the overflow queue and pauses this core's readers), so a publisher feels
     /// back-pressure instead of losing messages; `done` is confirmed per `Deliver` below.
     Publish { pattern: Pattern, msg: Arc<Message>, done: Option<Ticket> },
-    /// Append to a queue; `done` is answered once appended.
-    QueueSend { msg: Arc<Message>, done: Option<Ticket> },
+    /// Append to a queue; `done` is answered once appended. `meta`: the sender's policy
+    /// (expiration, delay, receive limit, dead-letter queue); STOMP SENDs carry none.
+    QueueSend { msg: Arc<Message>, meta: Option<Box<QueueMeta>>, done: Option<Ticket> },
     /// Register a subscription. Wildcard Events filters go to every core.
     Subscribe {
         pattern: Pattern,
@@ -96,8 +198,11 @@ pub enum CoreMsg {
     },
     /// Remove a subscription; for queues its unacknowledged messages are requeued first.
     Unsubscribe { pattern: Pattern, channel: Channel, wildcard: bool, sub: SubRef, done: Option<Ticket> },
-    /// Settle queue deliveries by tag. `requeue`: NACK (back to the queue) instead of ACK.
-    QueueSettle { channel: Channel, sub: SubRef, tags: Vec<u64>, requeue: bool, done: Option<Ticket> },
+    /// Settle queue deliveries by tag (ACK, NACK, release, or move to another queue).
+    QueueSettle { channel: Channel, sub: SubRef, tags: Vec<u64>, action: Settle, done: Option<Ticket> },
+    /// A pull-mode receive (gRPC `QueuesDownstream` Get, `ReceiveQueueMessages`,
+    /// `AckAllQueueMessages`): answered once, through the request's callback.
+    QueuePull(Box<PullRequest>),
     /// A Commands/Queries request for the owner to hand to a responder.
     RpcRequest(Box<RpcRequest>),
     /// A responder's answer, routed to the owner that holds the pending request.
@@ -105,6 +210,16 @@ pub enum CoreMsg {
     /// Attach a responder to (pattern, channel).
     RegisterResponder { pattern: Pattern, channel: Channel, responder_id: u64, group: Option<Bytes>, responder: ResponderFn },
     UnregisterResponder { pattern: Pattern, channel: Channel, responder_id: u64 },
+
+    /// Attach a delivery target that is not a STOMP connection (a gRPC subscriber or a gRPC
+    /// requester waiting for its answer) under a connection id on this core. `SubRef`s with
+    /// that connection id then deliver to it exactly as to a connection.
+    AttachSink { conn: ConnId, sink: Arc<dyn ExternalSink> },
+    DetachSink { conn: ConnId },
+    /// Channel management's delete, to the channel's owner.
+    DeleteChannel { pattern: Pattern, channel: Channel },
+    /// Which channels of `pattern` this core owns, with counters (channel management).
+    ListChannels { pattern: Pattern, reply: Box<dyn FnOnce(Vec<ChannelStats>) + Send> },
 
     /// Answered with `Done` once everything sent before it on this path has been handled:
     /// orders a DISCONNECT receipt after the connection's earlier work (spec: "receipt on

@@ -17,7 +17,7 @@ use crate::conn::{parse_queue_message_id, AckMode, Conn, LocalSub};
 use crate::model::{now_unix_ns, Message, Pattern};
 use crate::route::{headers_to_tags, parse_destination, DestinationError, Intent};
 use crate::runtime::core::Core;
-use crate::runtime::msg::{CoreMsg, RpcRequest, StartAt, SubRef};
+use crate::runtime::msg::{CoreMsg, RpcRequest, Settle, StartAt, SubRef};
 use crate::stomp::negotiate::{negotiate_heart_beat, negotiate_version, parse_heart_beat};
 use crate::stomp::{Command, Decoder, Frame, Version, WireError};
 use ahash::AHashMap;
@@ -202,7 +202,7 @@ fn on_send(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, from_commit: bool) ->
         }
         Pattern::Queues => {
             let done = receipt.map(|r| core.ticket(conn.id, conn.expect(Some(r), 1, false)));
-            core.dispatch(owner, CoreMsg::QueueSend { msg: Arc::new(msg), done });
+            core.dispatch(owner, CoreMsg::QueueSend { msg: Arc::new(msg), meta: None, done });
         }
         Pattern::Commands | Pattern::Queries => {
             let reply_sub = rpc_reply_sub(core, conn, &frame)?;
@@ -430,7 +430,8 @@ fn on_settle(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, requeue: bool, from
     match settle {
         Some((owner, channel, sub, tags)) => {
             let done = receipt.map(|r| core.ticket(conn.id, conn.expect(Some(r), 1, false)));
-            core.dispatch(owner, CoreMsg::QueueSettle { channel, sub, tags, requeue, done });
+            let action = if requeue { Settle::Nack } else { Settle::Ack };
+            core.dispatch(owner, CoreMsg::QueueSettle { channel, sub, tags, action, done });
         }
         None => receipt_now(core, conn, &frame),
     }

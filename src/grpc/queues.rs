@@ -1,0 +1,462 @@
+//! Queues over gRPC: `SendQueueMessage`, `SendQueueMessagesBatch`, `QueuesUpstream` (sending),
+//! `QueuesDownstream` (transactional receive), `ReceiveQueueMessages` (pull / peek) and
+//! `AckAllQueueMessages` (purge).
+//!
+//! Sends are confirmed by the queue's owner (appended; held while its consumers are far behind,
+//! the same pacing a receipted STOMP SEND gets). Receives are pulls on the owner
+//! (`CoreMsg::QueuePull`); a downstream stream holds its reserved messages under one holder
+//! `SubRef` and settles them by tag. When the stream ends, everything it still holds goes back
+//! to the head of its queue.
+use super::bridge::{Bridge, HOLDER_CORE};
+use super::convert::{self, Incoming};
+use super::stream::ChannelStream;
+use super::{pb, validate, BoxStream};
+use crate::model::{now_unix_ns, Channel, Message, Pattern};
+use crate::runtime::msg::{CoreMsg, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tonic::{Status, Streaming};
+
+const NANOS: i64 = 1_000_000_000;
+/// `WaitTimeSeconds` 0 means KubeMQ's default wait (`DefaultWaitTimeoutSeconds`).
+const DEFAULT_WAIT: Duration = Duration::from_secs(1);
+
+/// A validated queue message and what its send result reports.
+struct Prepared {
+    msg: Arc<Message>,
+    meta: Option<Box<QueueMeta>>,
+    result: pb::SendQueueMessageResult,
+}
+
+fn prepare(b: &Bridge, m: pb::QueueMessage, now_ns: i64) -> Result<Prepared, validate::Invalid> {
+    validate::client_id(&m.client_id)?;
+    validate::queue(&m.channel)?;
+    let policy = m.policy.clone().unwrap_or_default();
+    if !(0..=validate::MAX_POLICY_SECONDS).contains(&policy.expiration_seconds) {
+        return Err(validate::BAD_EXPIRATION);
+    }
+    if !(0..=validate::MAX_POLICY_SECONDS).contains(&policy.delay_seconds) {
+        return Err(validate::BAD_DELAY);
+    }
+    if !(0..=validate::MAX_RECEIVE_COUNT).contains(&policy.max_receive_count) {
+        return Err(validate::BAD_MAX_RECEIVE);
+    }
+    if !policy.max_receive_queue.is_empty() {
+        validate::queue(&policy.max_receive_queue)?;
+    }
+    let incoming = Incoming::from(m);
+    if incoming.is_empty() {
+        return Err(validate::EMPTY_MESSAGE);
+    }
+    let msg = Arc::new(incoming.into_message(b.unique_id("q"), now_ns));
+    let delay = i64::from(policy.delay_seconds) * NANOS;
+    let delayed_to_ns = if delay > 0 { now_ns + delay } else { 0 };
+    let expires_at_ns = if policy.expiration_seconds > 0 { now_ns + delay + i64::from(policy.expiration_seconds) * NANOS } else { 0 };
+    let has_policy = expires_at_ns != 0 || delayed_to_ns != 0 || policy.max_receive_count != 0 || !policy.max_receive_queue.is_empty();
+    let meta = has_policy.then(|| {
+        Box::new(QueueMeta {
+            expires_at_ns,
+            delayed_to_ns,
+            max_receive: policy.max_receive_count as u32,
+            dead_letter: (!policy.max_receive_queue.is_empty()).then(|| convert::channel_of(&policy.max_receive_queue)),
+            rerouted_from: None,
+        })
+    });
+    let result = pb::SendQueueMessageResult {
+        message_id: convert::string_of(&msg.id),
+        sent_at: now_ns,
+        expiration_at: expires_at_ns,
+        delayed_to: delayed_to_ns,
+        ..Default::default()
+    };
+    Ok(Prepared { msg, meta, result })
+}
+
+fn error_result(message_id: String, e: &str) -> pb::SendQueueMessageResult {
+    pb::SendQueueMessageResult { message_id, is_error: true, error: e.to_string(), ..Default::default() }
+}
+
+/// Sends messages in order, all in flight at once, and reports one result per message.
+/// Validation and confirmation failures are in-band (`IsError`), as in KubeMQ.
+async fn send_all(b: &Bridge, messages: Vec<pb::QueueMessage>) -> Vec<pb::SendQueueMessageResult> {
+    let now_ns = now_unix_ns();
+    let mut pending = Vec::with_capacity(messages.len());
+    for m in messages {
+        let id = m.message_id.clone();
+        match prepare(b, m, now_ns) {
+            Ok(p) => {
+                let owner = b.owner_of(Pattern::Queues, &p.msg.channel);
+                let Prepared { msg, meta, result } = p;
+                pending.push((result, Some(b.send_confirmed(owner, move |t| CoreMsg::QueueSend { msg, meta, done: Some(t) }))));
+            }
+            Err(e) => pending.push((error_result(id, &e.message()), None)),
+        }
+    }
+    let mut results = Vec::with_capacity(pending.len());
+    for (result, confirm) in pending {
+        let confirmed = match confirm {
+            Some(confirmation) => confirmation.wait().await,
+            None => true,
+        };
+        if confirmed {
+            results.push(result);
+        } else {
+            results.push(error_result(result.message_id, "Error 130: queue send was not confirmed"));
+        }
+    }
+    results
+}
+
+pub async fn send_one(b: &Bridge, m: pb::QueueMessage) -> pb::SendQueueMessageResult {
+    send_all(b, vec![m]).await.pop().unwrap_or_default()
+}
+
+pub async fn send_batch(b: &Bridge, r: pb::QueueMessagesBatchRequest) -> Result<pb::QueueMessagesBatchResponse, Status> {
+    if r.messages.is_empty() {
+        return Err(Status::invalid_argument("Error 131: batch has no messages"));
+    }
+    let results = send_all(b, r.messages).await;
+    let have_errors = results.iter().any(|r| r.is_error);
+    Ok(pb::QueueMessagesBatchResponse { batch_id: r.batch_id, results, have_errors })
+}
+
+/// `QueuesUpstream`: one response per request, in request order.
+pub fn upstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesUpstreamRequest>) -> BoxStream<pb::QueuesUpstreamResponse> {
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        while let Ok(Some(req)) = inbound.message().await {
+            let response = if req.messages.is_empty() {
+                pb::QueuesUpstreamResponse { ref_request_id: req.request_id, is_error: true, error: "Error 131: request has no messages".into(), ..Default::default() }
+            } else {
+                let results = send_all(&b, req.messages).await;
+                pb::QueuesUpstreamResponse { ref_request_id: req.request_id, results, is_error: false, error: String::new() }
+            };
+            if tx.send(response).await.is_err() {
+                break;
+            }
+        }
+    });
+    Box::pin(ChannelStream::new(rx, Ok, ()))
+}
+
+/// Sends a pull to the queue's owner and waits for its answer.
+async fn pull(b: &Bridge, channel: Channel, holder: SubRef, max: u32, wait: Duration, mode: PullMode) -> Option<PullResult> {
+    let (tx, rx) = oneshot::channel();
+    let reply = Box::new(move |result: PullResult| tx.send(result).is_ok());
+    let owner = b.owner_of(Pattern::Queues, &channel);
+    if !b.array.send(owner, CoreMsg::QueuePull(Box::new(PullRequest { channel, holder, max, wait, mode, reply }))) {
+        return None;
+    }
+    rx.await.ok()
+}
+
+fn wait_of(seconds: i32) -> Result<Duration, validate::Invalid> {
+    match seconds {
+        0 => Ok(DEFAULT_WAIT),
+        s if (1..=validate::MAX_WAIT_SECONDS).contains(&s) => Ok(Duration::from_secs(s as u64)),
+        _ => Err(validate::BAD_WAIT),
+    }
+}
+
+/// `ReceiveQueueMessages`: a destructive pull, or a peek (`IsPeak`). Errors are in-band.
+pub async fn receive(b: &Bridge, r: pb::ReceiveQueueMessagesRequest) -> pb::ReceiveQueueMessagesResponse {
+    let mut response = pb::ReceiveQueueMessagesResponse { request_id: r.request_id.clone(), is_peak: r.is_peak, ..Default::default() };
+    let checked = (|| {
+        validate::client_id(&r.client_id)?;
+        validate::queue(&r.channel)?;
+        if !(1..=validate::MAX_PULL_MESSAGES).contains(&r.max_number_of_messages) {
+            return Err(validate::BAD_MAX_MESSAGES);
+        }
+        wait_of(r.wait_time_seconds)
+    })();
+    let wait = match checked {
+        Ok(wait) => wait,
+        Err(e) => {
+            response.is_error = true;
+            response.error = e.message();
+            return response;
+        }
+    };
+    let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: 0 };
+    let mode = if r.is_peak { PullMode::Peek } else { PullMode::Remove };
+    match pull(b, convert::channel_of(&r.channel), holder, r.max_number_of_messages as u32, wait, mode).await {
+        Some(result) => {
+            response.messages = result.messages.iter().map(convert::queue_message).collect();
+            response.messages_received = response.messages.len() as i32;
+            response.messages_expired = result.expired as i32;
+        }
+        None => {
+            response.is_error = true;
+            response.error = "Error 405: the array is shutting down".into();
+        }
+    }
+    response
+}
+
+/// `AckAllQueueMessages`: removes every message ready in the queue now and reports how many.
+pub async fn ack_all(b: &Bridge, r: pb::AckAllQueueMessagesRequest) -> pb::AckAllQueueMessagesResponse {
+    let mut response = pb::AckAllQueueMessagesResponse { request_id: r.request_id.clone(), ..Default::default() };
+    let checked = validate::client_id(&r.client_id).and_then(|()| validate::queue(&r.channel)).and_then(|()| wait_of(r.wait_time_seconds).map(|_| ()));
+    if let Err(e) = checked {
+        response.is_error = true;
+        response.error = e.message();
+        return response;
+    }
+    let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: 0 };
+    match pull(b, convert::channel_of(&r.channel), holder, 0, Duration::ZERO, PullMode::Purge).await {
+        Some(result) => response.affected_messages = result.purged,
+        None => {
+            response.is_error = true;
+            response.error = "Error 405: the array is shutting down".into();
+        }
+    }
+    response
+}
+
+// ---- QueuesDownstream ----
+
+/// `QueuesDownstreamRequestType` values.
+mod kind {
+    pub const GET: i32 = 1;
+    pub const ACK_ALL: i32 = 2;
+    pub const ACK_RANGE: i32 = 3;
+    pub const NACK_ALL: i32 = 4;
+    pub const NACK_RANGE: i32 = 5;
+    pub const REQUEUE_ALL: i32 = 6;
+    pub const REQUEUE_RANGE: i32 = 7;
+    pub const ACTIVE_OFFSETS: i32 = 8;
+    pub const TRANSACTION_STATUS: i32 = 9;
+    pub const CLOSE_BY_CLIENT: i32 = 10;
+}
+
+/// Messages a Get reserved and not yet settled: sequence → the owner's delivery tag.
+struct Transaction {
+    channel: Channel,
+    open: BTreeMap<u64, u64>,
+}
+
+/// A finished Get, back from the owner core.
+struct GetDone {
+    request_id: String,
+    channel: Channel,
+    auto_ack: bool,
+    result: Option<PullResult>,
+}
+
+struct Downstream {
+    b: Arc<Bridge>,
+    holder: SubRef,
+    out: mpsc::Sender<pb::QueuesDownstreamResponse>,
+    transactions: HashMap<String, Transaction>,
+    /// Every queue this stream reserved from (released when the stream ends).
+    channels: HashSet<Channel>,
+    gets: mpsc::UnboundedSender<GetDone>,
+}
+
+fn error_reply(request_id: &str, kind: i32, error: String) -> pb::QueuesDownstreamResponse {
+    pb::QueuesDownstreamResponse { ref_request_id: request_id.to_string(), request_type_data: kind, is_error: true, error, ..Default::default() }
+}
+
+impl Downstream {
+    async fn reply(&self, r: pb::QueuesDownstreamResponse) {
+        let _ = self.out.send(r).await;
+    }
+
+    fn get(&mut self, r: pb::QueuesDownstreamRequest) -> Option<pb::QueuesDownstreamResponse> {
+        let checked = validate::client_id(&r.client_id).and_then(|()| validate::queue(&r.channel));
+        if let Err(e) = checked {
+            return Some(error_reply(&r.request_id, kind::GET, e.message()));
+        }
+        if r.wait_timeout < 0 || r.wait_timeout > validate::MAX_WAIT_SECONDS * 1000 {
+            return Some(error_reply(&r.request_id, kind::GET, validate::BAD_WAIT.message()));
+        }
+        let max = if r.max_items <= 0 { validate::MAX_PULL_MESSAGES } else { r.max_items.min(validate::MAX_PULL_MESSAGES) } as u32;
+        let channel = convert::channel_of(&r.channel);
+        let mode = if r.auto_ack { PullMode::Remove } else { PullMode::Reserve };
+        self.channels.insert(channel.clone());
+        let gets = self.gets.clone();
+        let (request_id, auto_ack, done_channel) = (r.request_id, r.auto_ack, channel.clone());
+        let reply = Box::new(move |result: PullResult| gets.send(GetDone { request_id, channel: done_channel, auto_ack, result: Some(result) }).is_ok());
+        let wait = Duration::from_millis(r.wait_timeout as u64);
+        let owner = self.b.owner_of(Pattern::Queues, &channel);
+        let req = PullRequest { channel, holder: self.holder, max, wait, mode, reply };
+        if !self.b.array.send(owner, CoreMsg::QueuePull(Box::new(req))) {
+            return Some(error_reply("", kind::GET, "Error 405: the array is shutting down".into()));
+        }
+        None
+    }
+
+    fn got(&mut self, done: GetDone) -> pb::QueuesDownstreamResponse {
+        let Some(result) = done.result else {
+            return error_reply(&done.request_id, kind::GET, "Error 405: the array is shutting down".into());
+        };
+        let transaction_id = self.b.unique_id("t");
+        let messages: Vec<pb::QueueMessage> = result.messages.iter().map(convert::queue_message).collect();
+        let complete = done.auto_ack || result.messages.is_empty();
+        let active: Vec<i64> = if complete { Vec::new() } else { result.messages.iter().map(|m| m.seq as i64).collect() };
+        if !complete {
+            let open = result.messages.iter().map(|m| (m.seq, m.tag)).collect();
+            self.transactions.insert(transaction_id.clone(), Transaction { channel: done.channel, open });
+        }
+        pb::QueuesDownstreamResponse {
+            transaction_id,
+            ref_request_id: done.request_id,
+            request_type_data: kind::GET,
+            messages,
+            active_offsets: active,
+            is_error: false,
+            error: String::new(),
+            transaction_complete: complete,
+            metadata: HashMap::new(),
+        }
+    }
+
+    /// Settles all or some (`range`) of a transaction's open messages.
+    fn settle(&mut self, r: &pb::QueuesDownstreamRequest, action: Settle, range: bool) -> Option<pb::QueuesDownstreamResponse> {
+        let Some(txn) = self.transactions.get_mut(&r.ref_transaction_id) else {
+            return Some(error_reply(&r.request_id, r.request_type_data, "Error 200: transaction is completed or transaction id not found".into()));
+        };
+        let mut tags = Vec::new();
+        let mut unknown = Vec::new();
+        if range {
+            for &seq in &r.sequence_range {
+                match u64::try_from(seq).ok().and_then(|s| txn.open.remove(&s)) {
+                    Some(tag) => tags.push(tag),
+                    None => unknown.push(seq),
+                }
+            }
+        } else {
+            tags.extend(std::mem::take(&mut txn.open).into_values());
+        }
+        let channel = txn.channel.clone();
+        if txn.open.is_empty() {
+            self.transactions.remove(&r.ref_transaction_id);
+        }
+        if !tags.is_empty() {
+            let owner = self.b.owner_of(Pattern::Queues, &channel);
+            self.b.array.send(owner, CoreMsg::QueueSettle { channel, sub: self.holder, tags, action, done: None });
+        }
+        (!unknown.is_empty()).then(|| error_reply(&r.request_id, r.request_type_data, format!("Error 123: sequences not in this transaction: {unknown:?}")))
+    }
+
+    async fn handle(&mut self, r: pb::QueuesDownstreamRequest) {
+        let requeue_target = || -> Result<Settle, String> {
+            validate::queue(&r.re_queue_channel).map_err(|e| e.message())?;
+            Ok(Settle::Requeue(Box::new(convert::channel_of(&r.re_queue_channel))))
+        };
+        let reply = match r.request_type_data {
+            kind::GET => self.get(r),
+            kind::ACK_ALL => self.settle(&r, Settle::Ack, false),
+            kind::ACK_RANGE => self.settle(&r, Settle::Ack, true),
+            kind::NACK_ALL => self.settle(&r, Settle::Nack, false),
+            kind::NACK_RANGE => self.settle(&r, Settle::Nack, true),
+            kind::REQUEUE_ALL | kind::REQUEUE_RANGE => match requeue_target() {
+                Ok(action) => self.settle(&r, action, r.request_type_data == kind::REQUEUE_RANGE),
+                Err(e) => Some(error_reply(&r.request_id, r.request_type_data, e)),
+            },
+            kind::ACTIVE_OFFSETS => Some(match self.transactions.get(&r.ref_transaction_id) {
+                Some(txn) => pb::QueuesDownstreamResponse {
+                    transaction_id: r.ref_transaction_id.clone(),
+                    ref_request_id: r.request_id.clone(),
+                    request_type_data: kind::ACTIVE_OFFSETS,
+                    active_offsets: txn.open.keys().map(|&s| s as i64).collect(),
+                    ..Default::default()
+                },
+                None => error_reply(&r.request_id, kind::ACTIVE_OFFSETS, "Error 200: transaction is completed or transaction id not found".into()),
+            }),
+            kind::TRANSACTION_STATUS => Some(pb::QueuesDownstreamResponse {
+                transaction_id: r.ref_transaction_id.clone(),
+                ref_request_id: r.request_id.clone(),
+                request_type_data: kind::TRANSACTION_STATUS,
+                transaction_complete: !self.transactions.contains_key(&r.ref_transaction_id),
+                ..Default::default()
+            }),
+            // Closing gives back what is still open, unprocessed (to the head of the queue).
+            kind::CLOSE_BY_CLIENT => {
+                if self.transactions.contains_key(&r.ref_transaction_id) {
+                    let _ = self.settle(&r, Settle::Release, false);
+                }
+                None
+            }
+            other => Some(error_reply(&r.request_id, other, format!("Error 132: invalid request type {other}"))),
+        };
+        if let Some(reply) = reply {
+            self.reply(reply).await;
+        }
+    }
+
+    /// The stream ended: every queue it touched takes back what the stream still held, and
+    /// waiting Gets are cancelled.
+    fn release(&self) {
+        for channel in &self.channels {
+            let owner = self.b.owner_of(Pattern::Queues, channel);
+            self.b.array.send(owner, CoreMsg::Unsubscribe { pattern: Pattern::Queues, channel: channel.clone(), wildcard: false, sub: self.holder, done: None });
+        }
+    }
+}
+
+/// `QueuesDownstream`: Get replies always; settlements reply only on error; ActiveOffsets and
+/// TransactionStatus always; CloseByClient never (kubemq-grpc.md §7).
+pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamRequest>) -> BoxStream<pb::QueuesDownstreamResponse> {
+    let (out, rx) = mpsc::channel(256);
+    let (gets, mut got) = mpsc::unbounded_channel();
+    let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: 0 };
+    let mut ds = Downstream { b, holder, out, transactions: HashMap::new(), channels: HashSet::new(), gets };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                next = inbound.message() => match next {
+                    Ok(Some(r)) => ds.handle(r).await,
+                    // Half-close, cancellation or a broken connection: the stream is over.
+                    _ => break,
+                },
+                Some(done) = got.recv() => {
+                    let reply = ds.got(done);
+                    ds.reply(reply).await;
+                }
+                // The client stopped reading responses.
+                () = ds.out.closed() => break,
+            }
+        }
+        ds.release();
+    });
+    Box::pin(ChannelStream::new(rx, Ok, ()))
+}
+
+/// `QueuesInfo` (in the newer protos only): per-queue counters, filtered by `QueueName`
+/// (substring; empty = all).
+pub async fn info(b: &Bridge, r: pb::QueuesInfoRequest) -> pb::QueuesInfoResponse {
+    let mut queues = Vec::new();
+    for core in 0..b.array.cores() {
+        let (tx, rx) = oneshot::channel();
+        let reply = Box::new(move |stats: Vec<crate::runtime::msg::ChannelStats>| {
+            let _ = tx.send(stats);
+        });
+        if b.array.send(core, CoreMsg::ListChannels { pattern: Pattern::Queues, reply }) {
+            queues.extend(rx.await.unwrap_or_default());
+        }
+    }
+    let queues: Vec<pb::QueueInfo> = queues
+        .into_iter()
+        .map(|s| pb::QueueInfo {
+            name: s.name.to_string(),
+            messages: s.messages as i64,
+            bytes: s.bytes as i64,
+            sent: s.messages as i64,
+            waiting: s.waiting as i64,
+            subscribers: s.subscribers as i64,
+            ..Default::default()
+        })
+        .filter(|q| q.name.contains(&r.queue_name))
+        .collect();
+    let info = pb::QueuesInfo {
+        total_queue: queues.len() as i32,
+        sent: queues.iter().map(|q| q.sent).sum(),
+        waiting: queues.iter().map(|q| q.waiting).sum(),
+        delivered: 0,
+        queues,
+    };
+    pb::QueuesInfoResponse { ref_request_id: r.request_id, info: Some(info) }
+}
