@@ -37,6 +37,36 @@ pub struct Config {
     pub grpc_addr: Option<SocketAddr>,
     /// Worker threads of the gRPC server's own tokio runtime.
     pub grpc_threads: usize,
+    /// Where the array lives: in this process (default) or a remote KubeMQ array.
+    pub array: ArrayMode,
+}
+
+/// `--array`: the embedded array, or a remote one reached over gRPC.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ArrayMode {
+    #[default]
+    Embedded,
+    Remote(RemoteArray),
+}
+
+/// A remote KubeMQ array (`--array grpc://HOST:PORT` or `grpcs://HOST:PORT`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteArray {
+    /// `HOST:PORT`.
+    pub authority: String,
+    /// `grpcs://`: TLS (rustls).
+    pub tls: bool,
+    /// PEM file of the CA to trust for `grpcs://` (default: the web PKI roots).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Sent as KubeMQ's `authorization` metadata on every call.
+    pub token: Option<String>,
+}
+
+impl RemoteArray {
+    /// The URI tonic dials.
+    pub fn uri(&self) -> String {
+        format!("{}://{}", if self.tls { "https" } else { "http" }, self.authority)
+    }
 }
 
 impl Default for Config {
@@ -54,6 +84,7 @@ impl Default for Config {
             rpc_max_pending: 1024,
             grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
             grpc_threads: 1,
+            array: ArrayMode::Embedded,
         }
     }
 }
@@ -71,10 +102,12 @@ pub mod env {
     pub const QUEUE_ACK_TIMEOUT_SECONDS: &str = "CONNECTORS_STOMP_QUEUE_ACK_TIMEOUT_SECONDS";
     pub const RPC_TIMEOUT_SECONDS: &str = "CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS";
     pub const RPC_MAX_PENDING: &str = "CONNECTORS_STOMP_RPC_MAX_PENDING";
+    /// The remote array's auth token (kept out of the command line, where `ps` shows it).
+    pub const ARRAY_TOKEN: &str = "STOMPGATE_ARRAY_TOKEN";
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 13] = [
+pub const TOML_KEYS: [&str; 16] = [
     "stomp_addr",
     "cores",
     "cpus",
@@ -88,6 +121,9 @@ pub const TOML_KEYS: [&str; 13] = [
     "rpc_max_pending",
     "grpc_addr",
     "grpc_threads",
+    "array",
+    "array_ca_file",
+    "array_token",
 ];
 
 const AFTER_HELP: &str = "\
@@ -174,8 +210,8 @@ struct Cli {
     rpc_max_pending: Option<String>,
 
     /// KubeMQ gRPC array API listener (IP:PORT), for native KubeMQ SDK clients; `off` disables
-    /// it. Default 0.0.0.0:50000. No env. TOML key: grpc_addr. (Ping only so far: every other
-    /// RPC answers UNIMPLEMENTED.)
+    /// it. Serves all five patterns (service kubemq.kubemq) on the same channels STOMP clients
+    /// use. Default 0.0.0.0:50000. No env. TOML key: grpc_addr.
     #[arg(long, value_name = "IP:PORT|off")]
     grpc_addr: Option<String>,
 
@@ -183,6 +219,23 @@ struct Cli {
     /// >= 1. Default 1. No env. TOML key: grpc_threads.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     grpc_threads: Option<String>,
+
+    /// Where the array lives: `embedded` (in this process, the default) or a remote KubeMQ
+    /// array, `grpc://HOST:PORT` or `grpcs://HOST:PORT` (TLS). In remote mode each core keeps
+    /// its own gRPC connection on a dedicated egress thread and the gateway holds no channel
+    /// state. No env. TOML key: array.
+    #[arg(long, value_name = "embedded|grpc://HOST:PORT|grpcs://HOST:PORT")]
+    array: Option<String>,
+
+    /// PEM file of the CA that signs the remote array's certificate (`grpcs://` only; default:
+    /// the standard web roots). No env. TOML key: array_ca_file.
+    #[arg(long, value_name = "FILE")]
+    array_ca_file: Option<String>,
+
+    /// Auth token for the remote array, sent as KubeMQ's `authorization` metadata on every call.
+    /// Env STOMPGATE_ARRAY_TOKEN (preferred: a flag shows in `ps`). TOML key: array_token.
+    #[arg(long, value_name = "TOKEN")]
+    array_token: Option<String>,
 
     /// TOML file with any of the settings above; keys are the flag names with '-' → '_'
     /// (e.g. stomp_addr = "127.0.0.1:61613", cores = 2, cpus = "0,1", default_pattern = "queues",
@@ -583,7 +636,59 @@ impl Config {
                 },
             },
             grpc_threads: uint!(grpc_threads, "grpc-threads", None, 1),
+            array: Self::resolve_array(&src)?,
         })
+    }
+
+    /// `--array` with its CA file and token. The CA file and token are errors without a remote
+    /// array (they would silently do nothing); a CA file needs `grpcs://`.
+    fn resolve_array<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>) -> Result<ArrayMode, String> {
+        let cli = src.cli;
+        let ca = match src.pick("array-ca-file", &cli.array_ca_file, None, "array_ca_file") {
+            Some((raw, source)) => Some((text(&raw, source)?.to_string(), source.to_string())),
+            None => None,
+        };
+        let token = match src.pick("array-token", &cli.array_token, Some(env::ARRAY_TOKEN), "array_token") {
+            Some((raw, source)) => Some((text(&raw, source)?.to_string(), source.to_string())),
+            None => None,
+        };
+        let (value, source) = match src.pick("array", &cli.array, None, "array") {
+            Some((raw, source)) => (text(&raw, source)?.to_string(), source),
+            None => ("embedded".to_string(), Source::Flag("array")),
+        };
+        let remote = |tls: bool, authority: &str| -> Result<ArrayMode, String> {
+            let (host, port) = authority.rsplit_once(':').ok_or_else(|| invalid(source, format!("{value:?} needs HOST:PORT")))?;
+            if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(invalid(source, format!("{value:?} needs HOST:PORT with a port 1-65535")));
+            }
+            if let Some((_, ca_source)) = ca.as_ref().filter(|_| !tls) {
+                return Err(format!("invalid {ca_source}: a CA file needs a grpcs:// array"));
+            }
+            if let Some((path, ca_source)) = &ca {
+                if !Path::new(path).is_file() {
+                    return Err(format!("invalid {ca_source}: {path} is not a readable file"));
+                }
+            }
+            Ok(ArrayMode::Remote(RemoteArray {
+                authority: authority.to_string(),
+                tls,
+                ca_file: ca.as_ref().map(|(p, _)| p.into()),
+                token: token.as_ref().map(|(t, _)| t.clone()),
+            }))
+        };
+        match value.as_str() {
+            "embedded" => {
+                if let Some((_, s)) = ca.as_ref().or(token.as_ref()) {
+                    return Err(format!("invalid {s}: only used with a remote array (--array grpc://HOST:PORT)"));
+                }
+                Ok(ArrayMode::Embedded)
+            }
+            v => match (v.strip_prefix("grpc://"), v.strip_prefix("grpcs://")) {
+                (Some(a), _) => remote(false, a),
+                (_, Some(a)) => remote(true, a),
+                _ => Err(invalid(source, format!("{value:?} is not embedded, grpc://HOST:PORT or grpcs://HOST:PORT"))),
+            },
+        }
     }
 
     /// `--stomp-addr` > `CONNECTORS_STOMP_PORT` (port only; host from the file's `stomp_addr`,
@@ -796,6 +901,7 @@ mod tests {
                 rpc_max_pending: 6,
                 grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
                 grpc_threads: 1,
+                array: ArrayMode::Embedded,
             }
         );
     }
@@ -848,6 +954,7 @@ grpc_threads = 2
                 rpc_max_pending: 14,
                 grpc_addr: Some("127.0.0.1:7101".parse().unwrap()),
                 grpc_threads: 2,
+                array: ArrayMode::Embedded,
             }
         );
         let g = TempToml::new("cores = 3\n");
@@ -1173,6 +1280,23 @@ grpc_threads = 2
         assert_eq!(parse(&["--grpc-addr", "127.0.0.1:50001"]).unwrap().grpc_addr, Some("127.0.0.1:50001".parse().unwrap()));
         assert_eq!(parse(&["--grpc-addr", "off"]).unwrap().grpc_addr, None);
         assert_eq!(parse(&["--grpc-threads", "3"]).unwrap().grpc_threads, 3);
+    }
+
+    #[test]
+    fn array_mode() {
+        assert_eq!(parse(&[]).unwrap().array, ArrayMode::Embedded);
+        let remote = |tls, authority: &str, token: Option<&str>| {
+            ArrayMode::Remote(RemoteArray { authority: authority.into(), tls, ca_file: None, token: token.map(Into::into) })
+        };
+        assert_eq!(parse(&["--array", "grpc://10.0.0.5:50000"]).unwrap().array, remote(false, "10.0.0.5:50000", None));
+        assert_eq!(parse(&["--array", "grpcs://kubemq:50000", "--array-token", "jwt"]).unwrap().array, remote(true, "kubemq:50000", Some("jwt")));
+        let ArrayMode::Remote(r) = parse(&["--array", "grpcs://h:1"]).unwrap().array else { panic!() };
+        assert_eq!(r.uri(), "https://h:1");
+        for bad in ["grpc://nohost", "grpc://h:0", "http://h:1", "grpc://:5"] {
+            assert!(parse(&["--array", bad]).unwrap_err().starts_with("invalid --array:"), "{bad}");
+        }
+        assert_eq!(parse(&["--array-token", "t"]).unwrap_err(), "invalid --array-token: only used with a remote array (--array grpc://HOST:PORT)");
+        assert_eq!(parse(&["--array", "grpc://h:1", "--array-ca-file", "/etc/hostname"]).unwrap_err(), "invalid --array-ca-file: a CA file needs a grpcs:// array");
         assert!(parse(&["--grpc-threads", "0"]).unwrap_err().contains("grpc-threads"));
         assert!(parse(&["--grpc-addr", "nowhere"]).unwrap_err().contains("grpc-addr"));
     }

@@ -1,10 +1,11 @@
 //! stompgate: a thread-per-core STOMP 1.0/1.1/1.2 gateway onto KubeMQ's five messaging
-//! patterns, with an embedded array.
+//! patterns, with an embedded array (or a remote KubeMQ array over gRPC).
 //!
 //! Rings (see `../shared/design.md`):
 //! 1. pure protocol — [`stomp`], [`route`], [`model`];
 //! 2. session — [`session`], one connection's protocol state machine;
-//! 3. per-core I/O — [`runtime`], [`conn`], [`array`].
+//! 3. per-core I/O — [`runtime`], [`conn`], [`array`];
+//! 4. the KubeMQ gRPC API — [`grpc`] (served) and [`egress`] (remote array client).
 pub mod config;
 pub mod model;
 pub mod route;
@@ -13,4 +14,5 @@ pub mod array;
 pub mod conn;
 pub mod runtime;
 pub mod grpc;
+pub mod egress;
 pub mod session;

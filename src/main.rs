@@ -23,6 +23,13 @@ fn main() {
     // A gRPC subscriber may fall as far behind as a STOMP one may park (16 × SubBuffSize).
     let grpc_limits = stompgate::grpc::Limits { subscriber_buffer: cfg.sub_buff_size.saturating_mul(16).max(1) };
     let cpus = cfg.cpus.clone();
+    // With a remote array, native clients use the array's own gRPC API: serving ours would
+    // expose an empty embedded array.
+    let remote = match &cfg.array {
+        stompgate::config::ArrayMode::Remote(r) => Some(r.uri()),
+        stompgate::config::ArrayMode::Embedded => None,
+    };
+    let grpc_addr = if remote.is_some() { None } else { grpc_addr };
     let server = match Server::start(cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -38,7 +45,10 @@ fn main() {
             std::process::exit(1);
         }
     }
-    tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, "stompgate listening (embedded array)");
+    match &remote {
+        Some(array) => tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, %array, "stompgate listening (remote array; the gRPC API is the array's)"),
+        None => tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, "stompgate listening (embedded array)"),
+    }
     let _ = addr;
     // Availability first (seed 003): a gRPC listener that cannot bind is logged and the
     // gateway runs on without it.

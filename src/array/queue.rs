@@ -14,9 +14,10 @@
 //! message does not starve the rest); a released or timed-out message was never rejected, so
 //! it goes back to the head, keeping FIFO order for the next consumer.
 //!
-//! Receive limit (kubemq-patterns.md §4.2): a delivery that would push a message's receive
-//! count above its limit (default [`DEFAULT_MAX_RECEIVE`]) moves it to its dead-letter queue
-//! (count reset, `rerouted_from` set) or, without one, discards it. Expired messages are
+//! Receive limit (kubemq-patterns.md §4.2): a reject (NACK) that uses up a message's receive
+//! limit (default [`DEFAULT_MAX_RECEIVE`]), or a delivery that would exceed it (after releases
+//! and ack timeouts), moves it to its dead-letter queue (count reset, `rerouted_from` set) or,
+//! without one, discards it. Expired messages are
 //! discarded when met. Delayed messages wait outside the queue until due (checked every tick).
 //!
 //! Channels persist (as KubeMQ's do) until channel management deletes them.
@@ -86,6 +87,8 @@ struct Inflight {
 struct Waiter {
     req: PullRequest,
     deadline: Instant,
+    /// Expired messages discarded for this pull so far (reported when it is answered).
+    expired: u32,
 }
 
 #[derive(Default)]
@@ -220,6 +223,7 @@ impl Queues {
     /// timeout, or held by another consumer are ignored: a late ACK must not settle a message
     /// someone else now holds.
     pub fn settle(&mut self, channel: &Channel, sub: SubRef, tags: &[u64], action: &Settle, now: Instant, out: &mut Outbox) {
+        let cores = self.cores;
         let Some(ch) = self.channels.get_mut(channel) else { return };
         let mut released = Vec::new();
         for tag in tags {
@@ -233,6 +237,9 @@ impl Queues {
             }
             match action {
                 Settle::Ack => {}
+                // A reject that uses up the receive limit dead-letters at once (what SDK users
+                // expect: after N rejects the message is in the dead-letter queue).
+                Settle::Nack if f.entry.receive_count >= f.entry.max_receive() => dead_letter(channel, f.entry, cores, out),
                 Settle::Nack => ch.ready.push_back(f.entry),
                 Settle::Release => released.push((*tag, f.entry)),
                 Settle::Requeue(target) => {
@@ -267,14 +274,14 @@ impl Queues {
             self.pump(&channel, now, out);
             return;
         }
-        let waiter = Waiter { deadline: now + req.wait, req };
+        let waiter = Waiter { deadline: now + req.wait, req, expired: 0 };
         ch.waiters.push_back(waiter);
         self.pump(&channel, now, out);
         // Nothing ready and no wait asked: answer empty now rather than at the next tick.
         if let Some(ch) = self.channels.get_mut(&channel) {
             if let Some(i) = ch.waiters.iter().position(|w| w.deadline <= now) {
                 let w = ch.waiters.remove(i).expect("position found");
-                (w.req.reply)(PullResult::default());
+                (w.req.reply)(PullResult { expired: w.expired, ..PullResult::default() });
             }
         }
     }
@@ -310,7 +317,7 @@ impl Queues {
             }
             while let Some(i) = ch.waiters.iter().position(|w| w.deadline <= now) {
                 let w = ch.waiters.remove(i).expect("position found");
-                (w.req.reply)(PullResult::default());
+                (w.req.reply)(PullResult { expired: w.expired, ..PullResult::default() });
                 changed = true;
             }
             if changed {
@@ -390,7 +397,7 @@ impl Queues {
             }
             let Some(w) = ch.waiters.pop_front() else { return };
             let req = w.req;
-            let mut result = PullResult::default();
+            let mut result = PullResult { expired: w.expired, ..PullResult::default() };
             match req.mode {
                 PullMode::Peek => {
                     let now_ns = now_unix_ns();
@@ -403,7 +410,7 @@ impl Queues {
                         .collect();
                     if result.messages.is_empty() {
                         // Only expired ones ready: keep waiting for a live one.
-                        ch.waiters.push_front(Waiter { req, deadline: w.deadline });
+                        ch.waiters.push_front(Waiter { req, deadline: w.deadline, expired: result.expired });
                         return;
                     }
                     (req.reply)(result);
@@ -424,7 +431,7 @@ impl Queues {
                     let ch = self.channels.get_mut(channel).expect("exists while taking");
                     if result.messages.is_empty() {
                         // Everything ready had expired or was dead-lettered: keep waiting.
-                        ch.waiters.push_front(Waiter { req, deadline: w.deadline });
+                        ch.waiters.push_front(Waiter { req, deadline: w.deadline, expired: result.expired });
                         return;
                     }
                     let tags: Vec<u64> = if req.mode == PullMode::Reserve { result.messages.iter().map(|m| m.tag).collect() } else { Vec::new() };
@@ -657,6 +664,112 @@ mod tests {
         q.send(msg("b"), None, None, now, &mut out);
         assert_eq!(q.delete(&ch(), &mut out), 1);
         assert!(q.channels.is_empty());
+    }
+
+    fn policy(max_receive: u32, dead_letter: Option<&'static str>) -> Option<Box<QueueMeta>> {
+        Some(Box::new(QueueMeta { max_receive, dead_letter: dead_letter.map(Channel::from_static), ..Default::default() }))
+    }
+
+    #[test]
+    fn reject_at_the_receive_limit_dead_letters_at_once() {
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
+        q.send(msg("poison"), policy(2, Some("dlq")), None, now, &mut out);
+        let d = deliveries(&mut out);
+        q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Nack, now, &mut out);
+        let d = deliveries(&mut out);
+        assert_eq!((d[0].2.as_str(), d[0].3), ("poison", true), "second delivery");
+        q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Nack, now, &mut out);
+        match out.pop() {
+            Some((0, CoreMsg::QueueSend { msg, meta: Some(meta), .. })) => {
+                assert_eq!(msg.channel, Channel::from_static("dlq"));
+                assert_eq!(meta.rerouted_from, Some(ch()));
+                assert_eq!(meta.max_receive, 0);
+            }
+            other => panic!("{:?}", other.map(|(c, _)| c)),
+        }
+        assert!(out.is_empty());
+        assert_eq!(q.depth(&ch()), QueueDepth { ready: 0, inflight: 0, consumers: 1 });
+    }
+
+    #[test]
+    fn released_past_the_limit_without_dead_letter_queue_is_discarded() {
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
+        q.send(msg("x"), policy(1, None), None, now, &mut out);
+        assert_eq!(deliveries(&mut out).len(), 1);
+        q.unsubscribe(&ch(), sub(0, 1), now, &mut out); // released: count 1 = limit
+        q.subscribe(ch(), sub(0, 2), 10, now, &mut out);
+        assert!(out.is_empty(), "not delivered a second time");
+        assert_eq!(q.depth(&ch()).ready, 0);
+    }
+
+    #[test]
+    fn expired_messages_are_discarded_and_delayed_ones_wait() {
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let now = Instant::now();
+        let now_ns = now_unix_ns();
+        let mut out = Outbox::new();
+        let expired = Some(Box::new(QueueMeta { expires_at_ns: now_ns - 1, ..Default::default() }));
+        let delayed = Some(Box::new(QueueMeta { delayed_to_ns: now_ns + 60_000_000_000, ..Default::default() }));
+        q.send(msg("old"), expired, None, now, &mut out);
+        q.send(msg("later"), delayed, None, now, &mut out);
+        q.send(msg("now"), None, None, now, &mut out);
+        q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
+        assert_eq!(deliveries(&mut out).iter().map(|x| x.2.clone()).collect::<Vec<_>>(), ["now"]);
+        q.expire(now, now_ns + 61_000_000_000, &mut out);
+        assert_eq!(deliveries(&mut out).iter().map(|x| x.2.clone()).collect::<Vec<_>>(), ["later"]);
+    }
+
+    #[test]
+    fn pulls_reserve_remove_peek_and_purge() {
+        use std::sync::Mutex;
+        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        let got: Arc<Mutex<Vec<PullResult>>> = Arc::default();
+        let pull = |mode, max, wait: u64| {
+            let got = Arc::clone(&got);
+            PullRequest {
+                channel: ch(),
+                holder: sub(usize::MAX, 7),
+                max,
+                wait: Duration::from_millis(wait),
+                mode,
+                reply: Box::new(move |r| {
+                    got.lock().unwrap().push(r);
+                    true
+                }),
+            }
+        };
+        // Nothing ready and no wait: answered empty at once.
+        q.pull(pull(PullMode::Reserve, 5, 0), now, &mut out);
+        assert!(got.lock().unwrap().pop().unwrap().messages.is_empty());
+        // A waiting pull takes the first message that arrives, ahead of push consumers.
+        q.pull(pull(PullMode::Reserve, 5, 1000), now, &mut out);
+        q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
+        q.send(msg("a"), None, None, now, &mut out);
+        let r = got.lock().unwrap().pop().unwrap();
+        assert_eq!((r.messages.len(), r.messages[0].seq, r.messages[0].receive_count), (1, 1, 1));
+        assert!(out.is_empty(), "the consumer did not get it");
+        // Peek leaves messages; remove takes them; purge empties the rest.
+        q.unsubscribe(&ch(), sub(0, 1), now, &mut out);
+        for b in ["b", "c", "d"] {
+            q.send(msg(b), None, None, now, &mut out);
+        }
+        q.pull(pull(PullMode::Peek, 2, 0), now, &mut out);
+        assert_eq!(got.lock().unwrap().pop().unwrap().messages.len(), 2);
+        q.pull(pull(PullMode::Remove, 1, 0), now, &mut out);
+        assert_eq!(got.lock().unwrap().pop().unwrap().messages[0].msg.body.as_ref(), b"b");
+        q.pull(pull(PullMode::Purge, 0, 0), now, &mut out);
+        assert_eq!(got.lock().unwrap().pop().unwrap().purged, 2);
+        // The reserved "a" goes back to the head when its holder leaves.
+        q.unsubscribe(&ch(), sub(usize::MAX, 7), now, &mut out);
+        assert_eq!(q.depth(&ch()).ready, 1);
     }
 
     fn ticket(token: u64) -> Ticket {

@@ -172,6 +172,7 @@ mod tests {
             timeout_ms,
             reply_to: SubRef { core: 1, conn: ConnId(7), sub: 3 },
             correlation_id: Some(Bytes::from_static(b"c1")),
+            span: Bytes::new(),
         }
     }
     fn outcome(out: &Outbox) -> Vec<RpcOutcome> {

@@ -276,6 +276,21 @@ impl Conn {
         self.flush_receipts(core);
     }
 
+    /// The operation behind `token` failed for good (the remote array never confirmed it):
+    /// the receipts before it are still written, then ERROR `internal error` (carrying its
+    /// receipt id) closes the connection.
+    pub fn ticket_failed(&self, core: &Core, token: u64) {
+        {
+            let mut r = self.receipts.borrow_mut();
+            if let Some(p) = r.iter_mut().find(|p| p.token == token) {
+                let receipt = p.receipt.take();
+                p.waiting = 0;
+                p.error = Some((WireError::Internal, receipt));
+            }
+        }
+        self.flush_receipts(core);
+    }
+
     /// Writes every receipt at the head of the queue whose work is confirmed.
     pub fn flush_receipts(&self, core: &Core) {
         loop {

@@ -46,6 +46,8 @@ pub struct Bridge {
     pub limits: Limits,
     /// Channel names declared through channel management.
     pub declared: super::channels::Declared,
+    /// Open QueuesDownstream transactions of all streams.
+    pub transactions: super::queues::Transactions,
     confirmer: Arc<Confirmer>,
     next_conn: AtomicU64,
     next_id: AtomicU64,
@@ -59,7 +61,7 @@ impl Bridge {
             let sink: Arc<dyn ExternalSink> = confirmer.clone();
             array.send(core, CoreMsg::AttachSink { conn: CONFIRM_CONN, sink });
         }
-        Arc::new(Bridge { array, limits, declared: Default::default(), confirmer, next_conn: AtomicU64::new(1), next_id: AtomicU64::new(1) })
+        Arc::new(Bridge { array, limits, declared: Default::default(), transactions: Default::default(), confirmer, next_conn: AtomicU64::new(1), next_id: AtomicU64::new(1) })
     }
 
     /// A connection id for a new sink or pull holder.

@@ -232,9 +232,24 @@ mod kind {
 }
 
 /// Messages a Get reserved and not yet settled: sequence → the owner's delivery tag.
-struct Transaction {
+pub struct Transaction {
+    /// The stream whose Get reserved them (the owner settles by this holder).
+    holder: SubRef,
     channel: Channel,
     open: BTreeMap<u64, u64>,
+}
+
+/// Open transactions of every downstream stream, by TransactionId. Process-wide because SDKs
+/// settle on another stream than the one that got the messages (the async Python client sends
+/// NAckAll / ReQueueAll on a fresh stream); a transaction still ends with the stream that
+/// opened it.
+#[derive(Default)]
+pub struct Transactions(std::sync::Mutex<HashMap<String, Transaction>>);
+
+impl Transactions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Transaction>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// A finished Get, back from the owner core.
@@ -249,7 +264,8 @@ struct Downstream {
     b: Arc<Bridge>,
     holder: SubRef,
     out: mpsc::Sender<pb::QueuesDownstreamResponse>,
-    transactions: HashMap<String, Transaction>,
+    /// The transactions this stream opened (they live in `Bridge::transactions`).
+    opened: HashSet<String>,
     /// Every queue this stream reserved from (released when the stream ends).
     channels: HashSet<Channel>,
     gets: mpsc::UnboundedSender<GetDone>,
@@ -298,7 +314,8 @@ impl Downstream {
         let active: Vec<i64> = if complete { Vec::new() } else { result.messages.iter().map(|m| m.seq as i64).collect() };
         if !complete {
             let open = result.messages.iter().map(|m| (m.seq, m.tag)).collect();
-            self.transactions.insert(transaction_id.clone(), Transaction { channel: done.channel, open });
+            self.b.transactions.lock().insert(transaction_id.clone(), Transaction { holder: self.holder, channel: done.channel, open });
+            self.opened.insert(transaction_id.clone());
         }
         pb::QueuesDownstreamResponse {
             transaction_id,
@@ -315,7 +332,8 @@ impl Downstream {
 
     /// Settles all or some (`range`) of a transaction's open messages.
     fn settle(&mut self, r: &pb::QueuesDownstreamRequest, action: Settle, range: bool) -> Option<pb::QueuesDownstreamResponse> {
-        let Some(txn) = self.transactions.get_mut(&r.ref_transaction_id) else {
+        let mut transactions = self.b.transactions.lock();
+        let Some(txn) = transactions.get_mut(&r.ref_transaction_id) else {
             return Some(error_reply(&r.request_id, r.request_type_data, "Error 200: transaction is completed or transaction id not found".into()));
         };
         let mut tags = Vec::new();
@@ -330,13 +348,14 @@ impl Downstream {
         } else {
             tags.extend(std::mem::take(&mut txn.open).into_values());
         }
-        let channel = txn.channel.clone();
+        let (channel, holder) = (txn.channel.clone(), txn.holder);
         if txn.open.is_empty() {
-            self.transactions.remove(&r.ref_transaction_id);
+            transactions.remove(&r.ref_transaction_id);
         }
+        drop(transactions);
         if !tags.is_empty() {
             let owner = self.b.owner_of(Pattern::Queues, &channel);
-            self.b.array.send(owner, CoreMsg::QueueSettle { channel, sub: self.holder, tags, action, done: None });
+            self.b.array.send(owner, CoreMsg::QueueSettle { channel, sub: holder, tags, action, done: None });
         }
         (!unknown.is_empty()).then(|| error_reply(&r.request_id, r.request_type_data, format!("Error 123: sequences not in this transaction: {unknown:?}")))
     }
@@ -356,7 +375,7 @@ impl Downstream {
                 Ok(action) => self.settle(&r, action, r.request_type_data == kind::REQUEUE_RANGE),
                 Err(e) => Some(error_reply(&r.request_id, r.request_type_data, e)),
             },
-            kind::ACTIVE_OFFSETS => Some(match self.transactions.get(&r.ref_transaction_id) {
+            kind::ACTIVE_OFFSETS => Some(match self.b.transactions.lock().get(&r.ref_transaction_id) {
                 Some(txn) => pb::QueuesDownstreamResponse {
                     transaction_id: r.ref_transaction_id.clone(),
                     ref_request_id: r.request_id.clone(),
@@ -370,12 +389,12 @@ impl Downstream {
                 transaction_id: r.ref_transaction_id.clone(),
                 ref_request_id: r.request_id.clone(),
                 request_type_data: kind::TRANSACTION_STATUS,
-                transaction_complete: !self.transactions.contains_key(&r.ref_transaction_id),
+                transaction_complete: !self.b.transactions.lock().contains_key(&r.ref_transaction_id),
                 ..Default::default()
             }),
             // Closing gives back what is still open, unprocessed (to the head of the queue).
             kind::CLOSE_BY_CLIENT => {
-                if self.transactions.contains_key(&r.ref_transaction_id) {
+                if self.b.transactions.lock().contains_key(&r.ref_transaction_id) {
                     let _ = self.settle(&r, Settle::Release, false);
                 }
                 None
@@ -390,6 +409,11 @@ impl Downstream {
     /// The stream ended: every queue it touched takes back what the stream still held, and
     /// waiting Gets are cancelled.
     fn release(&self) {
+        let mut transactions = self.b.transactions.lock();
+        for id in &self.opened {
+            transactions.remove(id);
+        }
+        drop(transactions);
         for channel in &self.channels {
             let owner = self.b.owner_of(Pattern::Queues, channel);
             self.b.array.send(owner, CoreMsg::Unsubscribe { pattern: Pattern::Queues, channel: channel.clone(), wildcard: false, sub: self.holder, done: None });
@@ -403,7 +427,7 @@ pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamReq
     let (out, rx) = mpsc::channel(256);
     let (gets, mut got) = mpsc::unbounded_channel();
     let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: 0 };
-    let mut ds = Downstream { b, holder, out, transactions: HashMap::new(), channels: HashSet::new(), gets };
+    let mut ds = Downstream { b, holder, out, opened: HashSet::new(), channels: HashSet::new(), gets };
     tokio::spawn(async move {
         loop {
             tokio::select! {

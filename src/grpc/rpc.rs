@@ -57,6 +57,7 @@ fn request_for_responder(owner: CoreId, req: &RpcRequest) -> pb::Request {
         reply_channel: reply_channel(owner, &req.request_id),
         timeout: req.timeout_ms.min(i32::MAX as u64) as i32,
         tags: tags_to_map(&msg.tags),
+        span: req.span.to_vec(),
         ..Default::default()
     }
 }
@@ -170,6 +171,7 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
         timeout_ms,
         reply_to: SubRef { core: owner, conn, sub: 0 },
         correlation_id: None,
+        span: Bytes::from(r.span),
     };
     if !b.array.send(owner, CoreMsg::RpcRequest(Box::new(req))) {
         return Err(Status::unavailable("the array is shutting down"));

@@ -115,7 +115,7 @@ fn now_unix_secs() -> i64 {
 }
 
 /// The kernel's host name, if it is set and UTF-8.
-fn host_name() -> Option<String> {
+pub fn host_name() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the pointer and length describe `buf`, which outlives the call.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

@@ -79,10 +79,12 @@ pub struct Core {
     confirms: RefCell<AHashMap<Ticket, u32>>,
     scratch_out: RefCell<Outbox>,
     pub stopping: super::event::LocalEvent,
+    /// Remote array mode: this core's egress thread, which owns all array work for it.
+    egress: Option<crate::egress::Link>,
 }
 
 impl Core {
-    pub fn new(id: CoreId, cores: usize, cfg: Arc<Config>, shared: Arc<Shared>, senders: Senders<CoreMsg>) -> Rc<Core> {
+    pub fn new(id: CoreId, cores: usize, cfg: Arc<Config>, shared: Arc<Shared>, senders: Senders<CoreMsg>, egress: Option<crate::egress::Link>) -> Rc<Core> {
         let ack_timeout = std::time::Duration::from_secs(cfg.queue_ack_timeout_s);
         Rc::new(Core {
             id,
@@ -105,6 +107,7 @@ impl Core {
             confirms: RefCell::new(AHashMap::new()),
             scratch_out: RefCell::new(Outbox::new()),
             stopping: Default::default(),
+            egress,
         })
     }
 
@@ -130,8 +133,23 @@ impl Core {
         arena.split().freeze()
     }
 
+    /// The core that owns (pattern, channel). With a remote array every core is its own
+    /// "owner": its egress thread talks to the array for it.
     pub fn owner_of(&self, pattern: Pattern, channel: &crate::model::Channel) -> CoreId {
+        if self.egress.is_some() {
+            return self.id;
+        }
         crate::array::owner_of(pattern, channel, self.cores)
+    }
+
+    /// The cores holding array state this core must reach for process-wide work (wildcard
+    /// subscriptions, barriers): all of them embedded, only itself with a remote array.
+    pub fn array_cores(&self) -> std::ops::Range<CoreId> {
+        if self.egress.is_some() {
+            self.id..self.id + 1
+        } else {
+            0..self.cores
+        }
     }
 
     /// Sends `msg` to core `to` (itself included), never dropping it: when the peer's ring
@@ -229,6 +247,15 @@ impl Core {
     }
 
     fn handle_inner(self: &Rc<Self>, msg: CoreMsg) {
+        // Remote array: work for the array goes to this core's egress thread; what comes back
+        // (deliveries, replies, confirmations) is handled below like the embedded array's.
+        let msg = match &self.egress {
+            Some(egress) if crate::egress::is_array_work(&msg) => {
+                egress.forward(msg);
+                return;
+            }
+            _ => msg,
+        };
         // Reuse one output buffer: handling never re-enters itself (messages to this core are
         // queued, not handled, by `dispatch`), so it is free whenever we get here.
         let mut out = std::mem::take(&mut *self.scratch_out.borrow_mut());
@@ -348,6 +375,12 @@ impl Core {
                     if let Some(sink) = sink {
                         sink.rpc_reply(*outcome);
                     }
+                }
+            }
+            CoreMsg::Failed { ticket } => {
+                let conn = self.conns.borrow().get(&ticket.conn).cloned();
+                if let Some(conn) = conn {
+                    conn.ticket_failed(self, ticket.token);
                 }
             }
             CoreMsg::Done { ticket, more } => {

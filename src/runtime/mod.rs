@@ -64,14 +64,15 @@ impl Server {
         // peer id only when they join the mesh, so each picks its receiver from a shared list.
         let (foreign_txs, foreign_rxs): (Vec<_>, Vec<_>) = (0..cores).map(|_| flume::unbounded::<CoreMsg>()).unzip();
         let foreign_rxs = Arc::new(std::sync::Mutex::new(foreign_rxs.into_iter().map(Some).collect::<Vec<_>>()));
+        let array = handle::ArrayHandle::new(foreign_txs);
         for &cpu in cfg.cpus.iter() {
             let (cfg, shared, mesh, ready_tx) = (Arc::clone(&cfg), Arc::clone(&shared), mesh.clone(), ready_tx.clone());
-            let foreign_rxs = Arc::clone(&foreign_rxs);
+            let (foreign_rxs, array) = (Arc::clone(&foreign_rxs), array.clone());
             let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
                 .name(&format!("stompgate-core-{cpu}"))
                 // No file I/O here: keep the registered (locked) I/O memory small.
                 .io_memory(256 * 1024)
-                .spawn(move || async move { run_core(cfg, shared, mesh, foreign_rxs, stomp_addr, ready_tx).await })
+                .spawn(move || async move { run_core(cfg, cpu, shared, mesh, foreign_rxs, array, stomp_addr, ready_tx).await })
                 .map_err(|e| StartError::Executor { cpu, reason: e.to_string() })?;
             threads.push(handle);
         }
@@ -87,7 +88,7 @@ impl Server {
             }
         }
         drop(reservation);
-        let server = Server { stomp_addr, shared, threads, array: handle::ArrayHandle::new(foreign_txs) };
+        let server = Server { stomp_addr, shared, threads, array };
         if let Some(e) = first_err {
             server.shutdown();
             return Err(e);
@@ -230,11 +231,14 @@ fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_core(
     cfg: Arc<Config>,
+    cpu: usize,
     shared: Arc<Shared>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     foreign_rxs: Arc<std::sync::Mutex<Vec<Option<flume::Receiver<CoreMsg>>>>>,
+    array: handle::ArrayHandle,
     addr: SocketAddr,
     ready: std::sync::mpsc::Sender<Result<(), StartError>>,
 ) {
@@ -269,7 +273,18 @@ async fn run_core(
             return;
         }
     };
-    let core = Core::new(id, cores, cfg, Arc::clone(&shared), senders);
+    // Remote array: this core's egress thread, answering through the core's array channel.
+    let egress = match &cfg.array {
+        crate::config::ArrayMode::Embedded => None,
+        crate::config::ArrayMode::Remote(remote) => match crate::egress::spawn(id, cpu, remote, Arc::clone(&cfg), array) {
+            Ok(link) => Some(link),
+            Err(reason) => {
+                let _ = ready.send(Err(StartError::Executor { cpu, reason }));
+                return;
+            }
+        },
+    };
+    let core = Core::new(id, cores, cfg, Arc::clone(&shared), senders, egress);
     let _ = ready.send(Ok(()));
     tracing::debug!(core = id, %addr, "core listening");
 

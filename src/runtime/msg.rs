@@ -67,6 +67,8 @@ pub struct RpcRequest {
     /// The requester's `/reply/` subscription.
     pub reply_to: SubRef,
     pub correlation_id: Option<Bytes>,
+    /// A native requester's opaque tracing blob (`Request.Span`), passed to the responder.
+    pub span: Bytes,
 }
 
 /// A responder attached to a Commands/Queries channel (the gRPC API registers these). The
@@ -240,6 +242,8 @@ pub enum CoreMsg {
     /// One confirmation for a ticket; `more` further confirmations will follow (an events
     /// publish answers with the number of cores it delivered to).
     Done { ticket: Ticket, more: u32 },
+    /// The operation behind a ticket failed for good (remote array mode: never confirmed).
+    Failed { ticket: Ticket },
 }
 
 // Messages are moved through fixed-size rings: keep them small (bodies travel as shared `Arc`s).

@@ -226,6 +226,7 @@ fn on_send(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, from_commit: bool) ->
                 timeout_ms,
                 reply_to: SubRef { core: core.id, conn: conn.id, sub: reply_sub },
                 correlation_id: frame.headers.get(b"correlation-id").cloned(),
+                span: Bytes::new(),
             };
             core.dispatch(owner, CoreMsg::RpcRequest(Box::new(req)));
             receipt_now(core, conn, &frame);
@@ -383,7 +384,7 @@ fn on_unsubscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
     let pattern = conn.subs.borrow().get(&sub_no).map(|s| (s.pattern, s.wildcard));
     let owners = match pattern {
         Some((Pattern::Reply, _)) | None => 0,
-        Some((_, true)) => core.cores as u32,
+        Some((_, true)) => core.array_cores().len() as u32,
         Some((_, false)) => 1,
     };
     let token = receipt_of(frame).map(|r| conn.expect(Some(r), owners, false));
@@ -481,8 +482,8 @@ fn on_abort(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
 /// Sends `receipt` once every core has handled everything this connection sent it before:
 /// each core answers the barrier after the work queued ahead of it on the same path.
 fn receipt_after_barrier(core: &Rc<Core>, conn: &Conn, receipt: Bytes, disconnect: bool) {
-    let token = conn.expect(Some(receipt), core.cores as u32, disconnect);
-    for to in 0..core.cores {
+    let token = conn.expect(Some(receipt), core.array_cores().len() as u32, disconnect);
+    for to in core.array_cores() {
         core.dispatch(to, CoreMsg::Barrier(core.ticket(conn.id, token)));
     }
 }
@@ -491,7 +492,7 @@ fn receipt_after_barrier(core: &Rc<Core>, conn: &Conn, receipt: Bytes, disconnec
 /// filter (a filter can match channels owned anywhere).
 fn holders(core: &Core, wildcard: bool, owner: usize) -> std::ops::Range<usize> {
     if wildcard {
-        0..core.cores
+        core.array_cores()
     } else {
         owner..owner + 1
     }

@@ -4,6 +4,10 @@ See gateway_proc.py for how the process is run: `--stomp-addr 127.0.0.1:<free po
 --heartbeat-ms 10000 --queue-ack-timeout-s 2` (override the binary with STOMPGATE_BIN), its
 output in target/interop-logs/ (printed at the end of the run when anything failed), and a
 teardown that sends SIGTERM and asserts exit status 0 within 10 s.
+
+The cross-protocol tests (test_grpc_*.py) use a second gateway, `grpc_gateway`, started the same
+way plus `--grpc-addr 127.0.0.1:<free port>`; `gconnect`/`graw` are `connect`/`raw` against it and
+`sdk` hands out KubeMQ Python SDK clients for its gRPC API (see grpckit.py).
 """
 from __future__ import annotations
 
@@ -64,3 +68,57 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for path in gateway_proc.log_paths:
         terminalreporter.section(f"gateway log (last {gateway_proc.LOG_TAIL_LINES} lines): {path}")
         terminalreporter.write_line(read_tail(path))
+
+
+# --------------------------------------------------------------------------------------------
+# gateway with the KubeMQ gRPC API (test_grpc_*.py)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def grpc_gateway() -> Gateway:
+    """A gateway serving STOMP and the KubeMQ gRPC API on free loopback ports."""
+    gw = start_gateway(grpc=True)
+    yield gw
+    stop_gateway(gw)
+
+
+@pytest.fixture
+def gconnect(grpc_gateway: Gateway):
+    """Like `connect`, against grpc_gateway's STOMP port."""
+    clients: list[Client] = []
+
+    def factory(version: int = 12, **kwargs) -> Client:
+        c = Client(grpc_gateway.port, version, **kwargs)
+        clients.append(c)
+        return c
+
+    yield factory
+    for c in clients:
+        c.close()
+
+
+@pytest.fixture
+def graw(grpc_gateway: Gateway):
+    """Like `raw`, against grpc_gateway's STOMP port."""
+    socks: list[RawStomp] = []
+
+    def factory() -> RawStomp:
+        r = RawStomp(grpc_gateway.port)
+        socks.append(r)
+        return r
+
+    yield factory
+    for r in socks:
+        r.close()
+
+
+@pytest.fixture
+def sdk(grpc_gateway: Gateway):
+    """grpckit.Sdk for grpc_gateway: .pubsub() / .queues() / .cq() / .stub(), closed after the
+    test."""
+    import grpckit  # the kubemq SDK is only needed by the gRPC tests
+
+    s = grpckit.Sdk(grpc_gateway.grpc_address)
+    yield s
+    s.close_all()

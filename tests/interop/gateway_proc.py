@@ -5,6 +5,10 @@
 target/release/stompgate), sends its stdout and stderr to target/interop-logs/stompgate-<port>.log
 and waits until it answers CONNECT. `stop_gateway` sends SIGTERM and asserts exit status 0
 within 10 s: the gateway's graceful shutdown must exit 0.
+
+By default the KubeMQ gRPC API is off (`--grpc-addr off`). `start_gateway(grpc=True)` serves it on
+`127.0.0.1:<another free port>` (`Gateway.grpc_port` / `Gateway.grpc_address`) and also waits until
+that port accepts TCP connections; the cross-protocol tests (test_grpc_*.py) use such a gateway.
 """
 from __future__ import annotations
 
@@ -33,6 +37,13 @@ class Gateway:
     port: int
     proc: subprocess.Popen
     log_path: Path
+    grpc_port: int | None = None
+
+    @property
+    def grpc_address(self) -> str:
+        """host:port of the gRPC API, in the form the KubeMQ SDKs take as `address`."""
+        assert self.grpc_port is not None, "this gateway runs with --grpc-addr off"
+        return f"{HOST}:{self.grpc_port}"
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return read_tail(self.log_path, lines)
@@ -57,6 +68,15 @@ def gateway_binary() -> Path:
     return Path(env) if env else REPO / "target" / "release" / "stompgate"
 
 
+def _accepts_tcp(port: int) -> bool:
+    """The port accepts a TCP connection (readiness probe for the gRPC listener)."""
+    try:
+        with socket.create_connection((HOST, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def _answers_connect(port: int) -> bool:
     """The port accepts a TCP connection and answers CONNECT with CONNECTED."""
     try:
@@ -77,11 +97,13 @@ def _answers_connect(port: int) -> bool:
         raw.close()
 
 
-def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S) -> Gateway:
+def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
+                  grpc: bool = False) -> Gateway:
     """Starts the binary on a free loopback port and waits until it answers CONNECT.
 
-    Default flags: --cores 2 --heartbeat-ms 10000 --queue-ack-timeout-s 2; a flag given in
-    extra_args ("--heartbeat-ms", "500") replaces its default, others are appended.
+    Default flags: --cores 2 --heartbeat-ms 10000 --queue-ack-timeout-s 2 --grpc-addr off; a flag
+    given in extra_args ("--heartbeat-ms", "500") replaces its default, others are appended.
+    grpc=True serves the gRPC API on another free loopback port and waits for it as well.
     """
     binary = gateway_binary()
     if not binary.is_file():
@@ -92,9 +114,15 @@ def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S) -> Gate
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"stompgate-{port}.log"
     log_paths.append(log_path)
-    # The gRPC API is not under test here; keep it off so parallel gateways never compete for
-    # its default port (0.0.0.0:50000).
+    # Unless asked for (grpc=True, then on a free loopback port), the gRPC API stays off so
+    # parallel gateways never compete for its default port (0.0.0.0:50000).
     args = {"--cores": "2", "--heartbeat-ms": "10000", "--queue-ack-timeout-s": "2", "--grpc-addr": "off"}
+    grpc_port = None
+    if grpc:
+        grpc_port = free_port()
+        while grpc_port == port:
+            grpc_port = free_port()
+        args["--grpc-addr"] = f"{HOST}:{grpc_port}"
     extra = list(extra_args)
     for i in range(0, len(extra) - 1):
         if extra[i] in args:
@@ -109,7 +137,7 @@ def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S) -> Gate
         log.flush()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 cwd=str(REPO))
-    gw = Gateway(port, proc, log_path)
+    gw = Gateway(port, proc, log_path, grpc_port)
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
@@ -117,10 +145,11 @@ def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S) -> Gate
             if rc is not None:
                 pytest.fail(f"gateway exited with status {rc} before accepting connections; "
                             f"log {log_path}:\n{gw.log_tail()}", pytrace=False)
-            if _answers_connect(port):
+            if _answers_connect(port) and (grpc_port is None or _accepts_tcp(grpc_port)):
                 return gw
             if time.monotonic() > deadline:
-                pytest.fail(f"gateway did not answer CONNECT on {HOST}:{port} within "
+                grpc_note = f" (and accept TCP on gRPC {HOST}:{grpc_port})" if grpc_port else ""
+                pytest.fail(f"gateway did not answer CONNECT on {HOST}:{port}{grpc_note} within "
                             f"{ready_timeout}s; log {log_path}:\n{gw.log_tail()}",
                             pytrace=False)
             time.sleep(0.1)

@@ -1,0 +1,239 @@
+//! Queue consumption through the array: one `QueuesDownstream` stream per STOMP queue
+//! subscription.
+//!
+//! The consumer keeps at most `prefetch` (SubBuffSize) messages unsettled: whenever it holds
+//! fewer and no Get is outstanding it asks for the difference (Get, `WaitTimeout` 1 s, no
+//! auto-ack). Each received message gets a local delivery tag, which STOMP ACK/NACK name;
+//! settling maps tags back to (transaction, sequence) and sends AckRange / NAckRange /
+//! ReQueueRange. A message not settled within QueueAckTimeoutSeconds is NAcked (the array
+//! requeues it). When the stream breaks, the array returns what it held to the queue; the
+//! consumer reconnects and late ACKs for the old tags are ignored.
+use super::backoff::Backoff;
+use super::publish::Outbound;
+use super::Worker;
+use crate::grpc::convert::{bytes_of, channel_of, tags_from_map};
+use crate::grpc::pb;
+use crate::model::{Channel, Message};
+use crate::runtime::msg::{CoreMsg, Settle, SubRef};
+use bytes::Bytes;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// `QueuesDownstreamRequestType` values used here.
+const GET: i32 = 1;
+const ACK_RANGE: i32 = 3;
+const NACK_RANGE: i32 = 5;
+const REQUEUE_RANGE: i32 = 7;
+/// How long one Get waits at the array for a first message (its floor in KubeMQ).
+const GET_WAIT_MS: i32 = 1000;
+/// How often held messages are checked against the ack timeout.
+const SWEEP: Duration = Duration::from_secs(1);
+
+struct Consumer {
+    ctl: mpsc::UnboundedSender<(Vec<u64>, Settle)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+pub struct Consumers {
+    worker: Weak<Worker>,
+    by_sub: RefCell<HashMap<SubRef, Consumer>>,
+    /// Delivery tags, unique on this core (STOMP message ids are `q<core>-<tag>`).
+    next_tag: Rc<Cell<u64>>,
+}
+
+impl Consumers {
+    pub fn new(worker: Weak<Worker>) -> Self {
+        Consumers { worker, by_sub: RefCell::new(HashMap::new()), next_tag: Rc::new(Cell::new(1)) }
+    }
+
+    pub fn subscribe(&self, channel: Channel, sub: SubRef, prefetch: u32) {
+        let Some(w) = self.worker.upgrade() else { return };
+        let (ctl, rx) = mpsc::unbounded_channel();
+        let task = tokio::task::spawn_local(run(w, channel, sub, prefetch.max(1) as usize, rx, Rc::clone(&self.next_tag)));
+        if let Some(old) = self.by_sub.borrow_mut().insert(sub, Consumer { ctl, task }) {
+            old.task.abort();
+        }
+    }
+
+    /// Ends the subscription: its stream closes and the array requeues what it held.
+    pub fn unsubscribe(&self, sub: SubRef) {
+        if let Some(c) = self.by_sub.borrow_mut().remove(&sub) {
+            c.task.abort();
+        }
+    }
+
+    pub fn settle(&self, sub: SubRef, tags: Vec<u64>, action: Settle) {
+        if let Some(c) = self.by_sub.borrow().get(&sub) {
+            let _ = c.ctl.send((tags, action));
+        }
+    }
+
+    pub fn stop_all(&self) {
+        for (_, c) in self.by_sub.borrow_mut().drain() {
+            c.task.abort();
+        }
+    }
+}
+
+fn message_of(m: pb::QueueMessage) -> (Arc<Message>, u64, i32) {
+    let attrs = m.attributes.unwrap_or_default();
+    let msg = Message {
+        id: bytes_of(m.message_id),
+        channel: channel_of(&m.channel),
+        client_id: bytes_of(m.client_id),
+        metadata: bytes_of(m.metadata),
+        body: Bytes::from(m.body),
+        tags: tags_from_map(m.tags),
+        timestamp_ns: attrs.timestamp,
+        sequence: 0,
+    };
+    (Arc::new(msg), attrs.sequence, attrs.receive_count)
+}
+
+/// A message this consumer holds: its transaction and sequence at the array, and when the
+/// STOMP ack timeout runs out.
+struct Held {
+    transaction: String,
+    seq: i64,
+    deadline: Instant,
+}
+
+async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut ctl: mpsc::UnboundedReceiver<(Vec<u64>, Settle)>, next_tag: Rc<Cell<u64>>) {
+    let mut backoff = Backoff::default();
+    let ack_timeout = Duration::from_secs(w.cfg.queue_ack_timeout_s);
+    let mut request_no = 0u64;
+    let mut request_id = move || {
+        request_no += 1;
+        format!("d{request_no}")
+    };
+    loop {
+        let (tx, rx) = mpsc::channel::<pb::QueuesDownstreamRequest>(256);
+        let mut responses = match w.client.clone().queues_downstream(Outbound(rx)).await {
+            Ok(r) => r.into_inner(),
+            Err(e) => {
+                tracing::warn!(core = w.core, channel = %channel, error = %e, "array unreachable (queue downstream); retrying");
+                if !drain_while_waiting(&mut ctl, backoff.next_delay()).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        backoff.reset();
+        let mut held: HashMap<u64, Held> = HashMap::new();
+        let mut get_outstanding = false;
+        let mut sweep = tokio::time::interval(SWEEP);
+        loop {
+            if !get_outstanding && held.len() < prefetch {
+                let get = pb::QueuesDownstreamRequest {
+                    request_id: request_id(),
+                    client_id: w.client_id.clone(),
+                    request_type_data: GET,
+                    channel: channel.to_string(),
+                    max_items: (prefetch - held.len()) as i32,
+                    wait_timeout: GET_WAIT_MS,
+                    auto_ack: false,
+                    ..Default::default()
+                };
+                if tx.send(get).await.is_err() {
+                    break;
+                }
+                get_outstanding = true;
+            }
+            tokio::select! {
+                response = responses.message() => match response {
+                    Ok(Some(r)) if r.request_type_data == GET => {
+                        get_outstanding = false;
+                        if r.is_error {
+                            tracing::warn!(core = w.core, channel = %channel, error = %r.error, "queue Get refused by the array");
+                            tokio::time::sleep(SWEEP).await;
+                            continue;
+                        }
+                        for m in r.messages {
+                            let (msg, seq, receive_count) = message_of(m);
+                            let tag = next_tag.get();
+                            next_tag.set(tag + 1);
+                            held.insert(tag, Held { transaction: r.transaction_id.clone(), seq: seq as i64, deadline: Instant::now() + ack_timeout });
+                            w.back.send(w.core, CoreMsg::QueueDeliver { sub, owner: w.core, tag, msg, redelivered: receive_count > 1 });
+                        }
+                    }
+                    Ok(Some(r)) => {
+                        if r.is_error {
+                            tracing::debug!(core = w.core, channel = %channel, error = %r.error, "queue settlement refused by the array");
+                        }
+                    }
+                    Ok(None) | Err(_) => break,
+                },
+                settle = ctl.recv() => {
+                    let Some((tags, action)) = settle else { return };
+                    let requests = settlements(&mut held, &tags, &action, &channel, &w.client_id, &mut request_id);
+                    let mut broken = false;
+                    for req in requests {
+                        broken |= tx.send(req).await.is_err();
+                    }
+                    if broken {
+                        break;
+                    }
+                }
+                _ = sweep.tick() => {
+                    let now = Instant::now();
+                    let late: Vec<u64> = held.iter().filter(|(_, h)| h.deadline <= now).map(|(t, _)| *t).collect();
+                    if !late.is_empty() {
+                        for req in settlements(&mut held, &late, &Settle::Nack, &channel, &w.client_id, &mut request_id) {
+                            let _ = tx.send(req).await;
+                        }
+                    }
+                }
+            }
+        }
+        tracing::warn!(core = w.core, channel = %channel, "queue downstream to the array broke; the array requeues what it held; reconnecting");
+        if !drain_while_waiting(&mut ctl, backoff.next_delay()).await {
+            return;
+        }
+    }
+}
+
+/// Settlement requests for `tags`, one per transaction. Tags this consumer no longer holds
+/// (settled, timed out, or from a broken stream) are ignored.
+fn settlements(held: &mut HashMap<u64, Held>, tags: &[u64], action: &Settle, channel: &Channel, client_id: &str, request_id: &mut impl FnMut() -> String) -> Vec<pb::QueuesDownstreamRequest> {
+    let mut by_txn: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for tag in tags {
+        if let Some(h) = held.remove(tag) {
+            by_txn.entry(h.transaction).or_default().push(h.seq);
+        }
+    }
+    let (kind, requeue) = match action {
+        Settle::Ack => (ACK_RANGE, String::new()),
+        Settle::Nack | Settle::Release => (NACK_RANGE, String::new()),
+        Settle::Requeue(to) => (REQUEUE_RANGE, to.to_string()),
+    };
+    by_txn
+        .into_iter()
+        .map(|(txn, seqs)| pb::QueuesDownstreamRequest {
+            request_id: request_id(),
+            client_id: client_id.to_string(),
+            request_type_data: kind,
+            channel: channel.to_string(),
+            re_queue_channel: requeue.clone(),
+            sequence_range: seqs,
+            ref_transaction_id: txn,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Sleeps `delay` while discarding settlements (nothing is held while disconnected). False
+/// when the subscription ended meanwhile.
+async fn drain_while_waiting(ctl: &mut mpsc::UnboundedReceiver<(Vec<u64>, Settle)>, delay: Duration) -> bool {
+    let sleep = tokio::time::sleep(delay);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            () = &mut sleep => return true,
+            c = ctl.recv() => if c.is_none() { return false },
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Publishing through the array: events and events-store over one long-lived
+//! `SendEventsStream` per core, queue SENDs over one long-lived `QueuesUpstream` per core.
+//!
+//! Confirmations: a plain event is confirmed once handed to the stream (events are
+//! best-effort); an events-store event once the array's `Result` says it was stored; a queue
+//! SEND once the array's `SendQueueMessageResult` says it was queued. Unconfirmed ones are sent
+//! again after a reconnect (at-least-once) and fail after [`GIVE_UP`]. Plain events published
+//! while the array is unreachable are dropped and counted, not buffered without bound.
+use super::backoff::Backoff;
+use super::{Worker, GIVE_UP};
+use crate::grpc::convert::{string_of, tags_to_map};
+use crate::grpc::pb;
+use crate::model::{Message, Pattern};
+use crate::runtime::msg::Ticket;
+use futures_lite::Stream;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// A request stream fed by a channel (what tonic's streaming calls consume).
+pub struct Outbound<T>(pub mpsc::Receiver<T>);
+
+impl<T> Stream for Outbound<T> {
+    type Item = T;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// How often unconfirmed work is checked against [`GIVE_UP`].
+const SWEEP: Duration = Duration::from_secs(1);
+/// Requests queued toward one stream before the task waits for the connection to take them.
+const STREAM_WINDOW: usize = 1024;
+
+struct Item {
+    msg: Arc<Message>,
+    store: bool,
+    ticket: Option<Ticket>,
+    since: Instant,
+}
+
+pub struct Publisher {
+    worker: Weak<Worker>,
+    events: RefCell<Option<mpsc::UnboundedSender<Item>>>,
+    queues: RefCell<Option<mpsc::UnboundedSender<Item>>>,
+}
+
+fn client_id_of(w: &Worker, msg: &Message) -> String {
+    if msg.client_id.is_empty() {
+        w.client_id.clone()
+    } else {
+        string_of(&msg.client_id)
+    }
+}
+
+impl Publisher {
+    pub fn new(worker: Weak<Worker>) -> Self {
+        Publisher { worker, events: RefCell::new(None), queues: RefCell::new(None) }
+    }
+
+    pub fn publish(&self, pattern: Pattern, msg: Arc<Message>, ticket: Option<Ticket>) {
+        let item = Item { msg, store: pattern == Pattern::EventsStore, ticket, since: Instant::now() };
+        self.feed(&self.events, item, |w, rx| tokio::task::spawn_local(run_events(w, rx)));
+    }
+
+    pub fn queue_send(&self, msg: Arc<Message>, ticket: Option<Ticket>) {
+        let item = Item { msg, store: true, ticket, since: Instant::now() };
+        self.feed(&self.queues, item, |w, rx| tokio::task::spawn_local(run_queues(w, rx)));
+    }
+
+    /// Hands `item` to its stream task, starting the task on first use.
+    fn feed(&self, slot: &RefCell<Option<mpsc::UnboundedSender<Item>>>, item: Item, start: impl FnOnce(Rc<Worker>, mpsc::UnboundedReceiver<Item>) -> tokio::task::JoinHandle<()>) {
+        let mut slot = slot.borrow_mut();
+        if slot.is_none() {
+            let Some(worker) = self.worker.upgrade() else { return };
+            let (tx, rx) = mpsc::unbounded_channel();
+            start(worker, rx);
+            *slot = Some(tx);
+        }
+        if let Some(tx) = slot.as_ref() {
+            let _ = tx.send(item);
+        }
+    }
+}
+
+/// Fails what waited longer than [`GIVE_UP`].
+fn give_up<K: Eq + std::hash::Hash + Clone>(w: &Worker, pending: &mut HashMap<K, Item>, what: &str) {
+    let now = Instant::now();
+    let expired: Vec<K> = pending.iter().filter(|(_, i)| now.duration_since(i.since) >= GIVE_UP).map(|(k, _)| k.clone()).collect();
+    for k in expired {
+        if let Some(item) = pending.remove(&k) {
+            tracing::error!(core = w.core, channel = %item.msg.channel, "{what} not confirmed by the array within {GIVE_UP:?}; failing it");
+            w.failed(item.ticket);
+        }
+    }
+}
+
+fn event_of(w: &Worker, item: &Item) -> pb::Event {
+    let msg = &item.msg;
+    pb::Event {
+        event_id: string_of(&msg.id),
+        client_id: client_id_of(w, msg),
+        channel: msg.channel.to_string(),
+        metadata: string_of(&msg.metadata),
+        body: msg.body.to_vec(),
+        store: item.store,
+        tags: tags_to_map(&msg.tags),
+    }
+}
+
+/// Waits out a backoff step while still taking input: plain events are dropped (counted),
+/// everything needing confirmation joins `pending`. False when the core stopped.
+async fn wait_reconnect(w: &Worker, backoff: &mut Backoff, input: &mut mpsc::UnboundedReceiver<Item>, pending: &mut HashMap<String, Item>, key: fn(&Item) -> String, dropped: &mut u64) -> bool {
+    let delay = tokio::time::sleep(backoff.next_delay());
+    tokio::pin!(delay);
+    loop {
+        tokio::select! {
+            () = &mut delay => return true,
+            item = input.recv() => match item {
+                None => return false,
+                Some(item) if !item.store => {
+                    *dropped += 1;
+                    w.done(item.ticket);
+                }
+                Some(item) => {
+                    pending.insert(key(&item), item);
+                }
+            },
+        }
+    }
+}
+
+async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
+    let mut backoff = Backoff::default();
+    // Store events sent and not yet confirmed, by EventID.
+    let mut pending: HashMap<String, Item> = HashMap::new();
+    let mut dropped = 0u64;
+    let key = |i: &Item| string_of(&i.msg.id);
+    loop {
+        let (tx, rx) = mpsc::channel(STREAM_WINDOW);
+        let mut responses = match w.client.clone().send_events_stream(Outbound(rx)).await {
+            Ok(r) => r.into_inner(),
+            Err(e) => {
+                tracing::warn!(core = w.core, error = %e, "array unreachable (events stream); retrying");
+                give_up(&w, &mut pending, "events-store publish");
+                if !wait_reconnect(&w, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        backoff.reset();
+        let mut broken = false;
+        for item in pending.values() {
+            if tx.send(event_of(&w, item)).await.is_err() {
+                broken = true;
+                break;
+            }
+        }
+        let mut sweep = tokio::time::interval(SWEEP);
+        while !broken {
+            tokio::select! {
+                item = input.recv() => {
+                    let Some(item) = item else { return };
+                    let event = event_of(&w, &item);
+                    if item.store {
+                        pending.insert(key(&item), item);
+                    } else {
+                        w.done(item.ticket);
+                    }
+                    broken = tx.send(event).await.is_err();
+                }
+                result = responses.message() => match result {
+                    Ok(Some(r)) => {
+                        if let Some(item) = pending.remove(&r.event_id) {
+                            if r.sent {
+                                w.done(item.ticket);
+                            } else {
+                                tracing::warn!(core = w.core, error = %r.error, "array refused an events-store publish");
+                                w.failed(item.ticket);
+                            }
+                        }
+                    }
+                    Ok(None) | Err(_) => broken = true,
+                },
+                _ = sweep.tick() => give_up(&w, &mut pending, "events-store publish"),
+            }
+        }
+        tracing::warn!(core = w.core, unconfirmed = pending.len(), dropped, "events stream to the array broke; reconnecting");
+        if !wait_reconnect(&w, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+            return;
+        }
+    }
+}
+
+fn upstream_of(w: &Worker, request_id: &str, item: &Item) -> pb::QueuesUpstreamRequest {
+    let msg = &item.msg;
+    let message = pb::QueueMessage {
+        message_id: string_of(&msg.id),
+        client_id: client_id_of(w, msg),
+        channel: msg.channel.to_string(),
+        metadata: string_of(&msg.metadata),
+        body: msg.body.to_vec(),
+        tags: tags_to_map(&msg.tags),
+        ..Default::default()
+    };
+    pb::QueuesUpstreamRequest { request_id: request_id.to_string(), messages: vec![message] }
+}
+
+async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
+    let mut backoff = Backoff::default();
+    // Sent and not yet confirmed, by RequestID (the message id is the client's and may repeat).
+    let mut pending: HashMap<String, Item> = HashMap::new();
+    let mut next = 0u64;
+    let mut dropped = 0u64;
+    let mut key_of = move || {
+        next += 1;
+        format!("u{next}")
+    };
+    let key = |i: &Item| format!("r{}", string_of(&i.msg.id));
+    loop {
+        let (tx, rx) = mpsc::channel(STREAM_WINDOW);
+        let mut responses = match w.client.clone().queues_upstream(Outbound(rx)).await {
+            Ok(r) => r.into_inner(),
+            Err(e) => {
+                tracing::warn!(core = w.core, error = %e, "array unreachable (queue upstream); retrying");
+                give_up(&w, &mut pending, "queue send");
+                if !wait_reconnect(&w, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        backoff.reset();
+        let mut broken = false;
+        for (id, item) in &pending {
+            if tx.send(upstream_of(&w, id, item)).await.is_err() {
+                broken = true;
+                break;
+            }
+        }
+        let mut sweep = tokio::time::interval(SWEEP);
+        while !broken {
+            tokio::select! {
+                item = input.recv() => {
+                    let Some(item) = item else { return };
+                    let id = key_of();
+                    let request = upstream_of(&w, &id, &item);
+                    pending.insert(id, item);
+                    broken = tx.send(request).await.is_err();
+                }
+                result = responses.message() => match result {
+                    Ok(Some(r)) => {
+                        if let Some(item) = pending.remove(&r.ref_request_id) {
+                            let error = if r.is_error { Some(r.error) } else { r.results.into_iter().find(|x| x.is_error).map(|x| x.error) };
+                            match error {
+                                None => w.done(item.ticket),
+                                Some(e) => {
+                                    tracing::warn!(core = w.core, channel = %item.msg.channel, error = %e, "array refused a queue send");
+                                    w.failed(item.ticket);
+                                }
+                            }
+                        }
+                    }
+                    Ok(None) | Err(_) => broken = true,
+                },
+                _ = sweep.tick() => give_up(&w, &mut pending, "queue send"),
+            }
+        }
+        tracing::warn!(core = w.core, unconfirmed = pending.len(), "queue upstream to the array broke; reconnecting");
+        if !wait_reconnect(&w, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+            return;
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Events and Events-Store subscriptions through the array.
+//!
+//! A core's subscriptions to the same events channel (or wildcard filter) and group share one
+//! `SubscribeToEvents` stream: the array sends the core one copy, which fans out locally — to
+//! every member, or for a group to one member in turn (the array already chose this gateway
+//! for that copy). Events-Store subscriptions each keep their own stream, since each has its
+//! own start position; after a reconnect one resumes at the sequence after the last it
+//! delivered (or, if it delivered nothing yet, from the time it subscribed).
+use super::backoff::Backoff;
+use super::Worker;
+use crate::grpc::convert::{bytes_of, channel_of, tags_from_map};
+use crate::grpc::pb;
+use crate::model::{now_unix_ns, Channel, Message, Pattern};
+use crate::runtime::msg::{CoreMsg, StartAt, SubRef, Ticket};
+use bytes::Bytes;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+
+/// What one array stream serves. Store subscriptions carry a unique number (never shared).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+struct Key {
+    pattern: Pattern,
+    channel: Channel,
+    group: Option<Bytes>,
+    unique: u64,
+}
+
+/// The local members of one array stream, and whether the stream is established.
+#[derive(Default)]
+struct Members {
+    subs: RefCell<Vec<SubRef>>,
+    turn: Cell<usize>,
+    established: Cell<bool>,
+    /// SUBSCRIBE receipts waiting for the stream to be established.
+    waiting: RefCell<Vec<Ticket>>,
+}
+
+struct Stream {
+    members: Rc<Members>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+pub struct Subscriptions {
+    worker: Weak<Worker>,
+    streams: RefCell<HashMap<Key, Stream>>,
+    key_of: RefCell<HashMap<SubRef, Key>>,
+    next_unique: Cell<u64>,
+}
+
+impl Subscriptions {
+    pub fn new(worker: Weak<Worker>) -> Self {
+        Subscriptions { worker, streams: RefCell::new(HashMap::new()), key_of: RefCell::new(HashMap::new()), next_unique: Cell::new(1) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn subscribe(&self, pattern: Pattern, channel: Channel, _wildcard: bool, sub: SubRef, group: Option<Bytes>, start: StartAt, done: Option<Ticket>) {
+        let Some(w) = self.worker.upgrade() else { return };
+        let unique = if pattern == Pattern::EventsStore {
+            let n = self.next_unique.get();
+            self.next_unique.set(n + 1);
+            n
+        } else {
+            0
+        };
+        let key = Key { pattern, channel: channel.clone(), group: group.clone(), unique };
+        let mut streams = self.streams.borrow_mut();
+        let stream = streams.entry(key.clone()).or_insert_with(|| {
+            let members = Rc::new(Members::default());
+            let task = tokio::task::spawn_local(run(Rc::clone(&w), key.clone(), start, Rc::clone(&members)));
+            Stream { members, task }
+        });
+        stream.members.subs.borrow_mut().push(sub);
+        if let Some(t) = done {
+            if stream.members.established.get() {
+                w.done(Some(t));
+            } else {
+                stream.members.waiting.borrow_mut().push(t);
+            }
+        }
+        self.key_of.borrow_mut().insert(sub, key);
+    }
+
+    pub fn unsubscribe(&self, _pattern: Pattern, _channel: &Channel, sub: SubRef) {
+        let Some(key) = self.key_of.borrow_mut().remove(&sub) else { return };
+        let mut streams = self.streams.borrow_mut();
+        let Some(stream) = streams.get(&key) else { return };
+        stream.members.subs.borrow_mut().retain(|s| *s != sub);
+        if stream.members.subs.borrow().is_empty() {
+            // Aborting the task drops its stream: the array ends the subscription.
+            if let Some(s) = streams.remove(&key) {
+                s.task.abort();
+            }
+        }
+    }
+
+    pub fn stop_all(&self) {
+        for (_, s) in self.streams.borrow_mut().drain() {
+            s.task.abort();
+        }
+    }
+}
+
+/// (EventsStoreTypeData, EventsStoreTypeValue) for a start position.
+fn start_fields(start: StartAt) -> (i32, i64) {
+    match start {
+        StartAt::NewOnly => (1, 0),
+        StartAt::First => (2, 0),
+        StartAt::Last => (3, 0),
+        StartAt::Sequence(n) => (4, n.min(i64::MAX as u64) as i64),
+        StartAt::Time(ns) => (5, ns.max(1)),
+    }
+}
+
+fn message_of(ev: pb::EventReceive) -> Arc<Message> {
+    Arc::new(Message {
+        id: bytes_of(ev.event_id),
+        channel: channel_of(&ev.channel),
+        client_id: Bytes::new(),
+        metadata: bytes_of(ev.metadata),
+        body: Bytes::from(ev.body),
+        tags: tags_from_map(ev.tags),
+        timestamp_ns: ev.timestamp,
+        sequence: ev.sequence,
+    })
+}
+
+async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
+    let store = key.pattern == Pattern::EventsStore;
+    let subscribed_at = now_unix_ns();
+    let mut last_seq = 0u64;
+    let mut backoff = Backoff::default();
+    let client_id = format!("{}-{}", w.client_id, if store { key.unique } else { 0 });
+    loop {
+        // Resume after what was delivered; a new-only subscription that delivered nothing yet
+        // resumes from when it subscribed, so nothing published during an outage is skipped.
+        let start_now = match (store, last_seq, start) {
+            (false, _, _) => None,
+            (true, 0, StartAt::NewOnly) if backoff_used(&backoff) => Some(StartAt::Time(subscribed_at)),
+            (true, 0, s) => Some(s),
+            (true, n, _) => Some(StartAt::Sequence(n + 1)),
+        };
+        let (kind, value) = start_now.map_or((0, 0), start_fields);
+        let request = pb::Subscribe {
+            subscribe_type_data: if store { 2 } else { 1 },
+            client_id: client_id.clone(),
+            channel: key.channel.to_string(),
+            group: key.group.as_ref().map(|g| String::from_utf8_lossy(g).into_owned()).unwrap_or_default(),
+            events_store_type_data: kind,
+            events_store_type_value: value,
+        };
+        match w.client.clone().subscribe_to_events(request).await {
+            Ok(response) => {
+                backoff.reset();
+                mark_attempted(&mut backoff);
+                members.established.set(true);
+                for t in members.waiting.borrow_mut().drain(..) {
+                    w.done(Some(t));
+                }
+                tracing::debug!(core = w.core, channel = %key.channel, "subscribed at the array");
+                let mut stream = response.into_inner();
+                while let Ok(Some(ev)) = stream.message().await {
+                    if store {
+                        last_seq = last_seq.max(ev.sequence);
+                    }
+                    deliver(&w, &key, &members, message_of(ev));
+                }
+                tracing::warn!(core = w.core, channel = %key.channel, "subscription stream to the array broke; resubscribing");
+            }
+            Err(e) => {
+                mark_attempted(&mut backoff);
+                tracing::warn!(core = w.core, channel = %key.channel, error = %e, "cannot subscribe at the array; retrying");
+            }
+        }
+        members.established.set(false);
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+/// Whether an earlier attempt happened (so a new-only store subscription must not skip what
+/// was published since it first subscribed).
+fn backoff_used(b: &Backoff) -> bool {
+    b.attempted
+}
+
+fn mark_attempted(b: &mut Backoff) {
+    b.attempted = true;
+}
+
+fn deliver(w: &Worker, key: &Key, members: &Members, msg: Arc<Message>) {
+    let subs = members.subs.borrow();
+    if subs.is_empty() {
+        return;
+    }
+    let chosen: Vec<SubRef> = if key.group.is_some() {
+        let i = members.turn.get() % subs.len();
+        members.turn.set(i + 1);
+        vec![subs[i]]
+    } else {
+        subs.clone()
+    };
+    w.back.send(w.core, CoreMsg::Deliver { pattern: key.pattern, msg, subs: chosen, done: None });
+}
