@@ -140,7 +140,7 @@ A bad value stops start-up with a one-line reason naming the setting and where i
     name = "stompgate",
     version,
     about = "Thread-per-core STOMP 1.0/1.1/1.2 gateway onto KubeMQ's five messaging patterns \
-             (embedded array).",
+             (embedded array, or a remote KubeMQ array with --array).",
     after_help = AFTER_HELP
 )]
 struct Cli {

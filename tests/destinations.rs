@@ -366,7 +366,7 @@ fn subscribe_to_query_is_refused() {
 /// then SENDs requests to `send_dest` until it answers (the responder registration travels a
 /// different path than the request), and returns the reply MESSAGE.
 fn rpc_reply(server: &TestServer, pattern: Pattern, channel: &str, send_dest: &str) -> Frame {
-    let handle = server.server().array();
+    let handle = server.array();
     let responder_handle = handle.clone();
     let ok = handle.register_responder(
         pattern,

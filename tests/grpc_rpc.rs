@@ -4,8 +4,8 @@
 //! reserved query channel (kubemq-grpc.md §6.4):
 //!
 //! - a responder sees the request as sent plus a server-assigned ReplyChannel; the requester
-//!   gets Executed, Error, Tags, Timestamp and the responder's ClientID — with Body and
-//!   Metadata cleared for commands and passed through for queries;
+//!   gets Executed, Error, Tags, Timestamp, the responder's ClientID, Body and Metadata (for
+//!   commands too: see `stompgate::grpc::rpc`);
 //! - no reply in time → DEADLINE_EXCEEDED with `Error 301`; no responder → NOT_FOUND at once;
 //! - every group-less responder gets each request, and one member of each group;
 //! - a STOMP requester gets the gRPC responder's answer on its `/reply/` subscription with
@@ -71,7 +71,7 @@ fn a_command_round_trip_returns_executed_tags_timestamp_and_no_body() {
         let call = spawn_request(&c, sent.clone());
         let got = next(&mut responder).await;
         assert_received_as_sent(&got, &sent);
-        respond(&mut c, answer(&got, true, "", b"ignored body")).await;
+        respond(&mut c, answer(&got, true, "", b"command result")).await;
         let r = outcome(call).await.expect("command answered");
         assert_eq!(
             r,
@@ -81,9 +81,11 @@ fn a_command_round_trip_returns_executed_tags_timestamp_and_no_body() {
                 timestamp: 1_700_000_000_123_456_789,
                 executed: true,
                 tags: tags(&[("rt", "1")]),
+                metadata: "resp-meta".into(),
+                body: b"command result".to_vec(),
                 ..Default::default()
             },
-            "command replies carry no body or metadata, and no ReplyChannel"
+            "command replies pass body and metadata through (as STOMP requesters get them), without ReplyChannel"
         );
 
         // A failed command: Executed false and the responder's error text.

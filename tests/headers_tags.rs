@@ -261,7 +261,7 @@ fn content_length_is_stamped_when_the_send_had_none() {
 
 /// Publishes `tags`/`metadata` on Events channel `channel` through the array API.
 fn native_publish(server: &TestServer, channel: &str, tags: &[(&str, &str)], metadata: &str) {
-    let handle = server.server().array();
+    let handle = server.array();
     let channel = Channel(Bytes::copy_from_slice(channel.as_bytes()));
     let msg = Message {
         id: Bytes::from_static(b"native-1"),

@@ -88,9 +88,16 @@ impl Subscriptions {
         let Some(stream) = streams.get(&key) else { return };
         stream.members.subs.borrow_mut().retain(|s| *s != sub);
         if stream.members.subs.borrow().is_empty() {
-            // Aborting the task drops its stream: the array ends the subscription.
+            // Aborting the task drops its stream: the array ends the subscription. SUBSCRIBE
+            // receipts still waiting for it are owed anyway (the client already left it), or
+            // the receipts queued behind them would never be written.
             if let Some(s) = streams.remove(&key) {
                 s.task.abort();
+                if let Some(w) = self.worker.upgrade() {
+                    for t in s.members.waiting.borrow_mut().drain(..) {
+                        w.done(Some(t));
+                    }
+                }
             }
         }
     }

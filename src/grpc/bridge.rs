@@ -2,7 +2,7 @@
 //! operations, and the plumbing every handler shares.
 //!
 //! Confirmations: the cores answer a `Ticket` with `CoreMsg::Done` to the ticket's connection.
-//! One [`Confirmer`] sink is attached on every core under [`CONFIRM_CONN`], so any handler can
+//! One [`Confirmer`] sink per server is attached on every core under its own connection id, so any handler can
 //! send an operation with a ticket and await its `Done` — a queue send is reported only once its
 //! owner has appended it, a subscription only once it is live.
 use crate::model::{Channel, Pattern};
@@ -17,8 +17,13 @@ use tokio::sync::oneshot;
 /// Connection ids at and above this belong to gRPC sinks; STOMP connections count up from 1,
 /// so the two never meet.
 const EXTERNAL_CONN_BASE: u64 = 1 << 62;
-/// The connection id of every core's [`Confirmer`].
-const CONFIRM_CONN: ConnId = ConnId(EXTERNAL_CONN_BASE);
+/// The next external connection id, process-wide: several gRPC servers may share one array
+/// (tests do), and their sinks must not collide.
+static NEXT_EXTERNAL_CONN: AtomicU64 = AtomicU64::new(EXTERNAL_CONN_BASE);
+
+fn next_external_conn() -> ConnId {
+    ConnId(NEXT_EXTERNAL_CONN.fetch_add(1, Ordering::Relaxed))
+}
 /// The core marker of a pull holder (`SubRef::core`): pulls answer through a callback, so the
 /// holder is never dispatched to.
 pub const HOLDER_CORE: CoreId = usize::MAX;
@@ -49,29 +54,31 @@ pub struct Bridge {
     /// Open QueuesDownstream transactions of all streams.
     pub transactions: super::queues::Transactions,
     confirmer: Arc<Confirmer>,
-    next_conn: AtomicU64,
-    next_id: AtomicU64,
 }
+
+/// Server-assigned ids, process-wide for the same reason as connection ids (internal request
+/// ids key pending requests on a core).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Bridge {
     /// Attaches the confirmer on every core.
     pub fn new(array: ArrayHandle, limits: Limits) -> Arc<Bridge> {
-        let confirmer = Arc::new(Confirmer::default());
+        let confirmer = Arc::new(Confirmer { conn: next_external_conn(), waiting: Default::default(), next_token: AtomicU64::new(0) });
         for core in 0..array.cores() {
             let sink: Arc<dyn ExternalSink> = confirmer.clone();
-            array.send(core, CoreMsg::AttachSink { conn: CONFIRM_CONN, sink });
+            array.send(core, CoreMsg::AttachSink { conn: confirmer.conn, sink });
         }
-        Arc::new(Bridge { array, limits, declared: Default::default(), transactions: Default::default(), confirmer, next_conn: AtomicU64::new(1), next_id: AtomicU64::new(1) })
+        Arc::new(Bridge { array, limits, declared: Default::default(), transactions: Default::default(), confirmer })
     }
 
     /// A connection id for a new sink or pull holder.
     pub fn new_conn(&self) -> ConnId {
-        ConnId(EXTERNAL_CONN_BASE + self.next_conn.fetch_add(1, Ordering::Relaxed))
+        next_external_conn()
     }
 
     /// A process-unique id with a prefix (`g-17`), for server-assigned ids.
     pub fn unique_id(&self, prefix: &str) -> String {
-        format!("{prefix}-{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+        format!("{prefix}-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed))
     }
 
     pub fn owner_of(&self, pattern: Pattern, channel: &Channel) -> CoreId {
@@ -124,8 +131,9 @@ impl Confirmation<'_> {
 
 /// Resolves waiting operations when their `Done`s arrive. A ticket may be answered by several
 /// `Done`s (an events publish: the owner's says how many more follow).
-#[derive(Default)]
 struct Confirmer {
+    /// The connection id it is attached under on every core.
+    conn: ConnId,
     waiting: Mutex<HashMap<u64, (u32, oneshot::Sender<()>)>>,
     next_token: AtomicU64,
 }
@@ -135,7 +143,7 @@ impl Confirmer {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.lock().insert(token, (1, tx));
-        (Ticket { core, conn: CONFIRM_CONN, token }, rx)
+        (Ticket { core, conn: self.conn, token }, rx)
     }
 
     fn forget(&self, token: u64) {

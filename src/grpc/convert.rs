@@ -43,10 +43,6 @@ pub struct Incoming {
 }
 
 impl Incoming {
-    pub fn is_empty(&self) -> bool {
-        self.metadata.is_empty() && self.body.is_empty() && self.tags.is_empty()
-    }
-
     pub fn into_message(self, id: String, now_ns: i64) -> Message {
         Message {
             id: bytes_of(if self.id.is_empty() { id } else { self.id }),

@@ -28,10 +28,9 @@ pub async fn publish(b: &Bridge, ev: pb::Event) -> Result<String, validate::Inva
     validate::client_id(&ev.client_id)?;
     validate::channel(&ev.channel)?;
     let store = ev.store;
+    // An empty event is accepted (not KubeMQ's Error 110): STOMP SENDs may be empty, and
+    // gateways in remote-array mode publish them through this API.
     let incoming = Incoming::from(ev);
-    if incoming.is_empty() {
-        return Err(validate::EMPTY_MESSAGE);
-    }
     let msg = Arc::new(incoming.into_message(b.unique_id("e"), now_unix_ns()));
     let id = convert::string_of(&msg.id);
     let pattern = if store { Pattern::EventsStore } else { Pattern::Events };

@@ -46,10 +46,8 @@ fn prepare(b: &Bridge, m: pb::QueueMessage, now_ns: i64) -> Result<Prepared, val
     if !policy.max_receive_queue.is_empty() {
         validate::queue(&policy.max_receive_queue)?;
     }
+    // Empty messages are accepted, as for events (see `super::events::publish`).
     let incoming = Incoming::from(m);
-    if incoming.is_empty() {
-        return Err(validate::EMPTY_MESSAGE);
-    }
     let msg = Arc::new(incoming.into_message(b.unique_id("q"), now_ns));
     let delay = i64::from(policy.delay_seconds) * NANOS;
     let delayed_to_ns = if delay > 0 { now_ns + delay } else { 0 };

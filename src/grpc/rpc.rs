@@ -145,9 +145,7 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
     if r.channel == super::channels::MANAGEMENT_CHANNEL {
         return super::channels::handle(b, r).await;
     }
-    if r.metadata.is_empty() && r.body.is_empty() && r.tags.is_empty() {
-        return Err(validate::EMPTY_REQUEST.status());
-    }
+    // An empty request is accepted (not KubeMQ's Error 115), like an empty event.
     let client_request_id = if r.request_id.is_empty() { b.unique_id("r") } else { r.request_id };
     let timeout_ms = r.timeout as u64;
     let msg = Arc::new(Message {
@@ -185,9 +183,11 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
     };
     match outcome {
         RpcOutcome::Response { executed, error, metadata, body, tags, responder, timestamp_ns } => {
-            // Command replies carry no body or metadata to a native requester (KubeMQ clears
-            // them, kubemq-patterns.md §5.2); query replies pass through.
-            let (metadata, body) = if pattern == Pattern::Queries { (string_of(&metadata), body.to_vec()) } else { (String::new(), Vec::new()) };
+            // Command replies keep the responder's body and metadata. Community KubeMQ clears
+            // them for a native requester (kubemq-patterns.md §5.2), but STOMP requesters get
+            // them (seed 003), also through a gateway in remote-array mode, whose requests
+            // arrive here as native ones; SDKs ignore the fields on command responses.
+            let (metadata, body) = (string_of(&metadata), body.to_vec());
             Ok(pb::Response {
                 client_id: string_of(&responder),
                 request_id: client_request_id,

@@ -1,7 +1,9 @@
 //! Request validation with KubeMQ's error numbers and texts (kubemq-grpc.md §7.1), so SDK users
 //! see the messages they know. Channel rules follow kubemq-patterns.md §1.1: non-empty, no
 //! whitespace, no trailing `.`, and `*` / `>` only where wildcards are allowed (Events
-//! subscriptions).
+//! subscriptions). Deliberately not enforced: KubeMQ's "message/request has neither metadata
+//! nor body" (110 / 115), since a STOMP SEND with an empty body is valid and reaches the array
+//! through this API in remote-array mode.
 use tonic::Status;
 
 /// A KubeMQ validation failure: its number and text.
@@ -38,12 +40,10 @@ pub const NO_CHANNEL: Invalid = Invalid::new(102, "invalid channel name, value c
 pub const WILDCARD: Invalid = Invalid::new(107, "invalid channel name, wildcards are not allowed");
 pub const WHITESPACE: Invalid = Invalid::new(108, "invalid channel name, whitespace is not allowed");
 pub const BAD_TIMEOUT: Invalid = Invalid::new(109, "invalid request timeout, value must be greater than 0");
-pub const EMPTY_MESSAGE: Invalid = Invalid::new(110, "invalid message, metadata, body and tags cannot all be empty");
 pub const NO_START: Invalid = Invalid::new(111, "invalid events store subscription, start type is missing");
 pub const BAD_START_SEQUENCE: Invalid = Invalid::new(112, "invalid events store start sequence, value must be greater than 0");
 pub const BAD_START_TIME: Invalid = Invalid::new(113, "invalid events store start time, value must be greater than 0");
 pub const BAD_START_DELTA: Invalid = Invalid::new(114, "invalid events store start time delta, value must be greater than 0");
-pub const EMPTY_REQUEST: Invalid = Invalid::new(115, "invalid request, metadata, body and tags cannot all be empty");
 pub const BAD_CACHE: Invalid = Invalid::new(116, "invalid cache ttl, value must be greater than 0 when a cache key is set");
 pub const NO_REQUEST_ID: Invalid = Invalid::new(117, "invalid request id, value cannot be empty");
 pub const START_ON_EVENTS: Invalid = Invalid::new(118, "invalid events subscription, start position is for events store only");

@@ -9,9 +9,21 @@ use stompgate::config::Config;
 use stompgate::runtime::Server;
 
 /// A gateway running in this process; stopped when dropped.
+///
+/// With `STOMPGATE_TEST_ARRAY=remote` every test runs against a pair instead: gateway A
+/// (embedded array, KubeMQ gRPC API on an ephemeral port) as the array, and gateway B
+/// (`--array grpc://A`) in front of it. STOMP clients talk to B; [`TestServer::array`] is A's
+/// array, where native responders attach.
 pub struct TestServer {
     server: Option<Server>,
     pub addr: SocketAddr,
+    /// Remote mode: the array side (gateway A and its gRPC server).
+    remote: Option<(Server, stompgate::grpc::GrpcServer)>,
+}
+
+/// Whether this run puts a remote array behind every test gateway.
+pub fn remote_array() -> bool {
+    std::env::var("STOMPGATE_TEST_ARRAY").is_ok_and(|v| v == "remote")
 }
 
 impl TestServer {
@@ -32,13 +44,35 @@ impl TestServer {
             ..Config::default()
         };
         tweak(&mut cfg);
+        let remote = if remote_array() {
+            let array_cfg = Config { stomp_addr: "127.0.0.1:0".parse().unwrap(), ..cfg.clone() };
+            let array = Server::start(array_cfg).expect("array gateway starts");
+            let grpc = stompgate::grpc::start("127.0.0.1:0".parse().unwrap(), 2, array.array()).expect("array gRPC starts");
+            cfg.array = stompgate::config::ArrayMode::Remote(stompgate::config::RemoteArray {
+                authority: grpc.local_addr().to_string(),
+                tls: false,
+                ca_file: None,
+                token: None,
+            });
+            Some((array, grpc))
+        } else {
+            None
+        };
         let server = Server::start(cfg).expect("server starts");
         let addr = server.stomp_addr();
-        TestServer { server: Some(server), addr }
+        TestServer { server: Some(server), addr, remote }
     }
 
     pub fn server(&self) -> &Server {
         self.server.as_ref().unwrap()
+    }
+
+    /// The array: this gateway's own, or in remote mode gateway A's.
+    pub fn array(&self) -> stompgate::runtime::handle::ArrayHandle {
+        match &self.remote {
+            Some((array, _)) => array.array(),
+            None => self.server().array(),
+        }
     }
 
     pub fn client(&self) -> Client {
@@ -55,17 +89,23 @@ impl TestServer {
 
     /// Stops the server and waits for it (what SIGTERM does).
     pub fn stop(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
         if let Some(s) = self.server.take() {
             s.shutdown();
+        }
+        if let Some((array, grpc)) = self.remote.take() {
+            grpc.shutdown();
+            array.shutdown();
         }
     }
 }
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
+        self.stop_all();
     }
 }
 
@@ -532,14 +572,14 @@ pub mod flow {
 
     /// The owner core of (pattern, channel) with the test server's two cores.
     pub fn owner(server: &TestServer, pattern: Pattern, channel: &str) -> usize {
-        server.server().array().owner_of(pattern, &Channel(Bytes::from(channel.to_string())))
+        server.array().owner_of(pattern, &Channel(Bytes::from(channel.to_string())))
     }
 
     /// Waits until `core` has handled everything sent to it earlier through the array API:
     /// publishes a probe event there (same foreign queue, so handled after) and waits for a
     /// STOMP subscriber of it to receive the probe.
     pub fn sync_array(server: &TestServer, core: usize) {
-        let array = server.server().array();
+        let array = server.array();
         let channel =
             (0..).map(|i| format!("{}.{i}", unique("probe"))).find(|c| array.owner_of(Pattern::Events, &Channel(Bytes::from(c.clone()))) == core).unwrap();
         let mut c = server.connected();
@@ -567,7 +607,7 @@ pub mod flow {
         let tx = std::sync::Mutex::new(tx);
         let responder: ResponderFn = Arc::new(move |r: &RpcRequest| tx.lock().unwrap().send(r.clone()).is_ok());
         let ch = Channel(Bytes::from(channel.to_string()));
-        let array = server.server().array();
+        let array = server.array();
         assert!(array.register_responder(pattern, ch, ID.fetch_add(1, Ordering::Relaxed), None, responder));
         sync_array(server, owner(server, pattern, channel));
         rx
@@ -613,7 +653,7 @@ pub mod grpc {
     impl GrpcHarness {
         pub fn start() -> GrpcHarness {
             let server = TestServer::start();
-            let grpc = stompgate::grpc::start("127.0.0.1:0".parse().unwrap(), 2, server.server().array()).expect("gRPC server starts");
+            let grpc = stompgate::grpc::start("127.0.0.1:0".parse().unwrap(), 2, server.array()).expect("gRPC server starts");
             let addr = grpc.local_addr();
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             GrpcHarness { rt: Some(rt), grpc: Some(grpc), addr, server }

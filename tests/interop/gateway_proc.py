@@ -38,6 +38,9 @@ class Gateway:
     proc: subprocess.Popen
     log_path: Path
     grpc_port: int | None = None
+    # Remote array mode: the separate stompgate process serving as the array (see
+    # `array_mode`); STOMP clients use this gateway, native SDK clients the array's gRPC port.
+    array: "Gateway | None" = None
 
     @property
     def grpc_address(self) -> str:
@@ -97,8 +100,36 @@ def _answers_connect(port: int) -> bool:
         raw.close()
 
 
+def array_mode() -> str:
+    """`embedded` (default) or `remote` (env STOMPGATE_INTEROP_ARRAY): in remote mode every
+    gateway under test is a pair — stompgate A (embedded array, gRPC on a free port) as the
+    array, and stompgate B (`--array grpc://A`) in front of it, with STOMP clients on B and
+    native SDK clients on A."""
+    mode = os.environ.get("STOMPGATE_INTEROP_ARRAY", "embedded")
+    if mode not in ("embedded", "remote"):
+        raise ValueError(f"STOMPGATE_INTEROP_ARRAY must be embedded or remote, not {mode!r}")
+    return mode
+
+
 def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
                   grpc: bool = False) -> Gateway:
+    if array_mode() == "remote":
+        # The array: STOMP on its own free port (unused by the tests), gRPC for B and the SDK.
+        array = _start_one((), ready_timeout, grpc=True)
+        try:
+            extra = list(extra_args) + ["--array", f"grpc://{HOST}:{array.grpc_port}"]
+            gw = _start_one(extra, ready_timeout, grpc=False)
+        except BaseException:
+            kill_gateway(array)
+            raise
+        gw.grpc_port = array.grpc_port
+        gw.array = array
+        return gw
+    return _start_one(extra_args, ready_timeout, grpc)
+
+
+def _start_one(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
+               grpc: bool = False) -> Gateway:
     """Starts the binary on a free loopback port and waits until it answers CONNECT.
 
     Default flags: --cores 2 --heartbeat-ms 10000 --queue-ack-timeout-s 2 --grpc-addr off; a flag
@@ -159,7 +190,16 @@ def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
 
 
 def stop_gateway(gw: Gateway, timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
-    """SIGTERM, then assert a graceful exit: status 0 within timeout."""
+    """SIGTERM, then assert a graceful exit: status 0 within timeout (in remote mode the
+    gateway first, then its array)."""
+    try:
+        _stop_one(gw, timeout)
+    finally:
+        if gw.array is not None:
+            _stop_one(gw.array, timeout)
+
+
+def _stop_one(gw: Gateway, timeout: float) -> None:
     try:
         if gw.proc.poll() is not None:
             pytest.fail(f"gateway died during the run with status {gw.proc.returncode}; "
@@ -173,10 +213,16 @@ def stop_gateway(gw: Gateway, timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
         assert rc == 0, (f"gateway exited with status {rc} after SIGTERM (graceful shutdown "
                          f"must exit 0); log {gw.log_path}:\n{gw.log_tail()}")
     finally:
-        kill_gateway(gw)
+        _kill_one(gw)
 
 
 def kill_gateway(gw: Gateway) -> None:
+    _kill_one(gw)
+    if gw.array is not None:
+        _kill_one(gw.array)
+
+
+def _kill_one(gw: Gateway) -> None:
     if gw.proc.poll() is None:
         gw.proc.kill()
         gw.proc.wait(timeout=5)
