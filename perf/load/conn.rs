@@ -296,6 +296,39 @@ impl Conn {
         }
     }
 
+    /// Blocking: reads frames until `pick` returns `Some` for one (it sees every frame but
+    /// ERROR, which fails). `Ok(None)` when `timeout` passes first.
+    ///
+    /// # Errors
+    /// ERROR frame, EOF, socket error, or `pick`'s own error.
+    pub fn await_frame<T>(
+        &mut self,
+        timeout: Duration,
+        context: &str,
+        mut pick: impl FnMut(&Frame<'_>) -> Result<Option<T>, LoadError>,
+    ) -> Result<Option<T>, LoadError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            while let Some(f) = self.rd.next_frame().map_err(|e| proto(context, &e))? {
+                if f.is(b"ERROR") {
+                    return Err(unexpected(context, &f));
+                }
+                if let Some(v) = pick(&f)? {
+                    return Ok(Some(v));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            match self.rd.read_from(&mut self.stream) {
+                Ok(0) => return Err(eof(context)),
+                Ok(_) => {}
+                Err(e) if retryable(&e) => {}
+                Err(e) => return Err(LoadError::io(context, e)),
+            }
+        }
+    }
+
     /// SUBSCRIBE with a receipt, and wait for it: the subscription is in place on return.
     ///
     /// # Errors

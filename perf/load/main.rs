@@ -11,6 +11,8 @@ mod publish;
 mod pubsub;
 mod receive;
 mod report;
+mod responder;
+mod rpc;
 mod stomp;
 mod track;
 
@@ -38,7 +40,10 @@ Scenarios:
   queue    P producers -> C consumers on /queue/<name>, ack:client-individual, every message ACKed
   connect  K workers loop CONNECT/CONNECTED/DISCONNECT(+receipt); reports connections/s
   idle     hold M idle connections for --duration-s; reports server RSS per connection
-  (rpc is not implemented yet.)
+  rpc      K requesters SEND /command/<name> (or /query/<name>, --kind query) with reply-to and
+           correlation-id; the harness answers them itself as a native KubeMQ responder on the
+           gateway's gRPC API (--grpc); reports requests completed/s, SEND -> reply latency and
+           stomp-error counts
 
 Timeline: connect and subscribe, then --warmup-s (not measured), then the --duration-s window,
 then publishing stops and receivers drain until everything sent in the window has arrived, or
@@ -50,9 +55,20 @@ Every body starts with a 24-byte stamp (magic, publisher id, sequence, send time
 to --payload bytes. Unbounded publishers (--rate 0) put a receipt on every --receipt-every-th
 SEND and wait for it before going on.
 
+rpc: the responder subscribes with SubscribeToRequests (ClientID stompgate-load-responder,
+channel --name) and answers each request with SendResponse (Executed, body echoed). Each
+requester subscribes to its own /reply/<name>-<i> and probes until the responder answers, then
+keeps at most --inflight requests outstanding (closed loop; with --rate R they are also paced,
+R/s over all requesters). Requests with their SEND in the window count: completed (answered
+before the window closed, no stomp-error), latency (SEND -> reply MESSAGE, drain included),
+errors per stomp-error value (timeout, no-responder, failed, unavailable), lost (never answered
+by the end of the drain), duplicated. The harness's CPU includes its responder's. The gateway
+refuses more than its --rpc-max-pending (1024) requests in flight per connection.
+
 Exit status: 0 = success; 1 = connection failure, ERROR frame or protocol error;
 2 = bad arguments; 3 = the run completed but messages were lost or duplicated (or idle
-connections were dropped); the report is printed anyway.";
+connections were dropped, or rpc requests were answered with stomp-error); the report is
+printed anyway.";
 
 #[derive(Parser, Debug)]
 #[command(name = "stompgate-load", version, about = ABOUT, long_about = LONG_ABOUT)]
@@ -88,13 +104,15 @@ struct Common {
     /// Message body size in bytes (at least the 24-byte stamp).
     #[arg(long, default_value_t = 256, global = true, value_parser = clap::value_parser!(u32).range(24..=16_777_216))]
     payload: u32,
-    /// Total messages per second over all publishers; 0 = unbounded (with receipts).
+    /// Total messages per second over all publishers; 0 = unbounded (with receipts). rpc:
+    /// requests per second over all requesters; 0 = closed loop.
     #[arg(long, default_value_t = 0.0, global = true)]
     rate: f64,
     /// Unbounded publishing: wait for a RECEIPT every K messages.
     #[arg(long, default_value_t = 1000, global = true, value_parser = clap::value_parser!(u64).range(1..))]
     receipt_every: u64,
-    /// Destination name under /topic/ or /queue/ [default: load-<pid>].
+    /// Destination name under /topic/ or /queue/ (rpc: the channel under /command/ or /query/)
+    /// [default: load-<pid>].
     #[arg(long, global = true)]
     name: Option<String>,
     /// Server process to sample (/proc/PID/stat CPU, /proc/PID/status VmRSS).
@@ -144,14 +162,31 @@ enum Scenario {
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
         workers: u32,
     },
+    /// K STOMP requesters -> a KubeMQ gRPC responder run by the harness, through the gateway.
+    Rpc {
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+        requesters: u32,
+        /// Requests outstanding per requester, at most.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+        inflight: u32,
+        /// Threads sharing the requester connections.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        threads: u32,
+        /// Commands (/command/) or queries (/query/).
+        #[arg(long, value_enum, default_value_t = rpc::Kind::Command)]
+        kind: rpc::Kind,
+        /// The gateway's KubeMQ gRPC API, HOST:PORT, where the harness's responder attaches.
+        #[arg(long, default_value = "127.0.0.1:50000")]
+        grpc: String,
+    },
 }
 
 /// State every thread of a run shares.
 pub struct Shared {
     pub window: Window,
-    /// Messages (or connection cycles) sent so far, for progress lines.
+    /// Messages (or connection cycles, or rpc requests) sent so far, for progress lines.
     pub sent: AtomicU64,
-    /// New stamped messages received so far, for progress lines.
+    /// New stamped messages (rpc: first answers) received so far, for progress lines.
     pub received: AtomicU64,
     /// Distinct window messages received (per subscriber in fanout), to end the drain early.
     pub window_distinct: AtomicU64,
@@ -309,11 +344,20 @@ fn params(c: &Common, scenario: &Scenario) -> Map<String, Value> {
             put("connections", json!(connections));
             put("workers", json!(workers));
         }
+        Scenario::Rpc { requesters, inflight, threads, kind, grpc } => {
+            put("kind", json!(kind.as_str()));
+            put("requesters", json!(requesters));
+            put("inflight", json!(inflight));
+            put("threads", json!(threads));
+            put("grpc", json!(grpc));
+        }
     }
-    if matches!(scenario, Scenario::Fanout { .. } | Scenario::Queue { .. }) {
+    if matches!(scenario, Scenario::Fanout { .. } | Scenario::Queue { .. } | Scenario::Rpc { .. }) {
         put("payload", json!(c.payload));
         put("rate", json!(c.rate));
-        put("receipt_every", json!(c.receipt_every));
+        if !matches!(scenario, Scenario::Rpc { .. }) {
+            put("receipt_every", json!(c.receipt_every));
+        }
         put("drain_s", json!(c.drain_s));
     }
     put("duration_s", json!(c.duration_s));
@@ -335,14 +379,14 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
         s.check().map_err(LoadError::Setup)?;
     }
     let name = c.name.clone().unwrap_or_else(|| format!("load-{}", std::process::id()));
-    let mut report = match cli.scenario {
+    let mut report = match &cli.scenario {
         Scenario::Fanout { subscribers, threads } => pubsub::run(
             &pubsub::Plan {
                 mode: receive::Mode::Topic,
                 destination: format!("/topic/{name}"),
                 publishers: 1,
-                receivers: subscribers as usize,
-                threads: threads as usize,
+                receivers: *subscribers as usize,
+                threads: *threads as usize,
             },
             c,
             &target,
@@ -352,18 +396,31 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
             &pubsub::Plan {
                 mode: receive::Mode::Queue,
                 destination: format!("/queue/{name}"),
-                publishers: producers as usize,
-                receivers: consumers as usize,
-                threads: threads as usize,
+                publishers: *producers as usize,
+                receivers: *consumers as usize,
+                threads: *threads as usize,
             },
             c,
             &target,
             server,
         )?,
-        Scenario::Connect { workers } => connect::run(workers as usize, c, &target, server)?,
+        Scenario::Connect { workers } => connect::run(*workers as usize, c, &target, server)?,
         Scenario::Idle { connections, workers } => {
-            idle::run(connections as usize, workers as usize, nofile, c, &target, server)?
+            idle::run(*connections as usize, *workers as usize, nofile, c, &target, server)?
         }
+        Scenario::Rpc { requesters, inflight, threads, kind, grpc } => rpc::run(
+            &rpc::Plan {
+                kind: *kind,
+                channel: name,
+                grpc: grpc.clone(),
+                requesters: *requesters as usize,
+                threads: *threads as usize,
+                inflight: *inflight as usize,
+            },
+            c,
+            &target,
+            server,
+        )?,
     };
     report.label = c.label.clone();
     report.target = target.addr.to_string();

@@ -1,5 +1,6 @@
 //! The run's result: a human summary or one JSON line.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
@@ -18,7 +19,7 @@ pub struct Report {
     pub params: Map<String, Value>,
     pub window_s: f64,
 
-    /// Messages sent with a send stamp inside the window.
+    /// Messages (rpc: requests) sent with a send stamp inside the window.
     pub sent: Option<u64>,
     /// Distinct window messages received before the window closed (all receivers).
     pub delivered: Option<u64>,
@@ -35,6 +36,13 @@ pub struct Report {
     pub dropped: Option<u64>,
     /// `idle`: how fast the connections were opened.
     pub open_per_s: Option<f64>,
+
+    /// `rpc`: window requests answered without `stomp-error` before the window closed.
+    pub completed: Option<u64>,
+    /// `rpc`: window requests answered with `stomp-error`.
+    pub errors: Option<u64>,
+    /// `rpc`: `errors` per `stomp-error` value (`timeout`, `no-responder`, `failed`, `unavailable`).
+    pub stomp_errors: Option<BTreeMap<String, u64>>,
 
     pub harness_cpu_s: f64,
     pub server_cpu_s: Option<f64>,
@@ -55,9 +63,14 @@ impl Report {
         self.connections.map(|n| n as f64 / self.window_s)
     }
 
-    /// The unit of work CPU is divided by: delivered messages, else completed connections.
+    pub fn completed_per_s(&self) -> Option<f64> {
+        self.completed.map(|n| n as f64 / self.window_s)
+    }
+
+    /// The unit of work CPU is divided by: delivered messages, else completed requests, else
+    /// completed connections.
     fn work(&self) -> Option<u64> {
-        self.delivered.or(self.connections).filter(|&n| n > 0)
+        self.delivered.or(self.completed).or(self.connections).filter(|&n| n > 0)
     }
 
     pub fn harness_cpu_us_per_msg(&self) -> Option<f64> {
@@ -75,9 +88,13 @@ impl Report {
         (held > 0).then(|| grown as f64 * 1024.0 / held as f64)
     }
 
-    /// Messages lost or duplicated: the run did not deliver exactly what was sent.
+    /// Messages lost or duplicated (rpc: or answered with `stomp-error`): the run did not
+    /// deliver exactly what was sent.
     pub fn violated(&self) -> bool {
-        self.lost.unwrap_or(0) > 0 || self.duplicated.unwrap_or(0) > 0 || self.dropped.unwrap_or(0) > 0
+        self.lost.unwrap_or(0) > 0
+            || self.duplicated.unwrap_or(0) > 0
+            || self.dropped.unwrap_or(0) > 0
+            || self.errors.unwrap_or(0) > 0
     }
 
     pub fn to_json(&self) -> Value {
@@ -108,6 +125,10 @@ impl Report {
             "connections_per_s": r1(self.connections_per_s()),
             "open_per_s": r1(self.open_per_s),
             "dropped": self.dropped,
+            "completed": self.completed,
+            "completed_per_s": r1(self.completed_per_s()),
+            "errors": self.errors,
+            "stomp_errors": self.stomp_errors,
             "harness_cpu_s": r3(Some(self.harness_cpu_s)),
             "harness_cpu_us_per_msg": r3(self.harness_cpu_us_per_msg()),
             "server_cpu_s": r3(self.server_cpu_s),
@@ -128,6 +149,14 @@ impl Report {
         );
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(s, "  params      {}", params.join(" "));
+        if let (Some(sent), Some(done)) = (self.sent, self.completed) {
+            let _ = writeln!(
+                s,
+                "  throughput  sent {:.0} req/s ({sent}), completed {:.0} req/s ({done})",
+                self.sent_per_s().unwrap_or(0.0),
+                self.completed_per_s().unwrap_or(0.0)
+            );
+        }
         if let (Some(sent), Some(d)) = (self.sent, self.delivered) {
             let _ = writeln!(
                 s,
@@ -146,14 +175,20 @@ impl Report {
         if let Some(lost) = self.lost {
             let _ = writeln!(
                 s,
-                "  integrity   lost {lost}, duplicated {}, out-of-order {}{}",
+                "  integrity   lost {lost}, duplicated {}{}{}",
                 self.duplicated.unwrap_or(0),
-                self.out_of_order.unwrap_or(0),
+                self.out_of_order.map_or_else(String::new, |n| format!(", out-of-order {n}")),
                 match self.foreign {
                     Some(n) if n > 0 => format!(", foreign {n}"),
                     _ => String::new(),
                 }
             );
+        }
+        if let Some(n) = self.errors {
+            let kinds: Vec<String> =
+                self.stomp_errors.iter().flatten().filter(|(_, &v)| v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+            let kinds = if kinds.is_empty() { String::new() } else { format!(" ({})", kinds.join(", ")) };
+            let _ = writeln!(s, "  errors      {n} answered with stomp-error{kinds}");
         }
         if let Some(c) = self.connections {
             let _ = writeln!(s, "  connect     {:.0} connections/s ({c})", self.connections_per_s().unwrap_or(0.0));
@@ -166,7 +201,13 @@ impl Report {
                 self.open_per_s.unwrap_or(0.0)
             );
         }
-        let unit = if self.delivered.is_some() { "msg" } else { "connection" };
+        let unit = if self.delivered.is_some() {
+            "msg"
+        } else if self.completed.is_some() {
+            "request"
+        } else {
+            "connection"
+        };
         let per = |x: Option<f64>| x.map_or_else(String::new, |v| format!(", {v:.2} us per {unit}"));
         let _ = writeln!(s, "  harness cpu {:.2} s{}", self.harness_cpu_s, per(self.harness_cpu_us_per_msg()));
         if let Some(c) = self.server_cpu_s {

@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// `QueuesDownstreamRequestType` values used here.
-const GET: i32 = 1;
-const ACK_RANGE: i32 = 3;
-const NACK_RANGE: i32 = 5;
-const REQUEUE_RANGE: i32 = 7;
+const GET: i32 = pb::QueuesDownstreamRequestType::Get as i32;
+const ACK_RANGE: i32 = pb::QueuesDownstreamRequestType::AckRange as i32;
+const NACK_RANGE: i32 = pb::QueuesDownstreamRequestType::NAckRange as i32;
+const REQUEUE_RANGE: i32 = pb::QueuesDownstreamRequestType::ReQueueRange as i32;
 /// How long one Get waits at the array for a first message (its floor in KubeMQ).
 const GET_WAIT_MS: i32 = 1000;
 /// How often held messages are checked against the ack timeout.

@@ -1,11 +1,10 @@
 //! Commands and Queries through the array: `SendRequest` with the effective timeout; the
 //! outcome goes back to the requester's `/reply/` subscription as on the embedded array.
 use super::Worker;
-use crate::grpc::convert::{bytes_of, string_of, tags_from_map, tags_to_map};
+use crate::grpc::convert::{string_of, tags_to_map};
 use crate::grpc::pb;
 use crate::model::Pattern;
 use crate::runtime::msg::{CoreMsg, RpcOutcome, RpcRequest};
-use bytes::Bytes;
 use std::rc::Rc;
 use std::time::Duration;
 use tonic::Code;
@@ -30,18 +29,7 @@ pub fn request(w: Rc<Worker>, req: RpcRequest) {
         let mut client = w.client.clone();
         let call = client.send_request(request);
         let outcome = match tokio::time::timeout(Duration::from_millis(req.timeout_ms) + VERDICT_GRACE, call).await {
-            Ok(Ok(r)) => {
-                let r = r.into_inner();
-                RpcOutcome::Response {
-                    executed: r.executed,
-                    error: bytes_of(r.error),
-                    metadata: bytes_of(r.metadata),
-                    body: Bytes::from(r.body),
-                    tags: tags_from_map(r.tags),
-                    responder: bytes_of(r.client_id),
-                    timestamp_ns: r.timestamp,
-                }
-            }
+            Ok(Ok(r)) => crate::grpc::convert::outcome_of_response(r.into_inner()),
             Ok(Err(status)) => outcome_of(&status),
             Err(_) => RpcOutcome::Timeout,
         };

@@ -7,7 +7,6 @@ use crate::runtime::msg::Pulled;
 use bytes::Bytes;
 use md5::{Digest, Md5};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 pub fn bytes_of(s: String) -> Bytes {
     Bytes::from(s.into_bytes())
@@ -116,8 +115,19 @@ fn md5_hex(body: &[u8]) -> String {
     out
 }
 
-/// A shared message body, for handlers that keep a delivery around.
-pub type Shared = Arc<Message>;
+/// A responder's answer as the array carries it (from `SendResponse`, or from the array's reply
+/// to a remote gateway's `SendRequest`).
+pub fn outcome_of_response(r: pb::Response) -> crate::runtime::msg::RpcOutcome {
+    crate::runtime::msg::RpcOutcome::Response {
+        executed: r.executed,
+        error: bytes_of(r.error),
+        metadata: bytes_of(r.metadata),
+        body: Bytes::from(r.body),
+        tags: tags_from_map(r.tags),
+        responder: bytes_of(r.client_id),
+        timestamp_ns: r.timestamp,
+    }
+}
 
 #[cfg(test)]
 mod tests {

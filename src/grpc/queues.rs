@@ -215,18 +215,19 @@ pub async fn ack_all(b: &Bridge, r: pb::AckAllQueueMessagesRequest) -> pb::AckAl
 
 // ---- QueuesDownstream ----
 
-/// `QueuesDownstreamRequestType` values.
+/// `QueuesDownstreamRequestType` values as they travel (the generated enum, as `i32`).
 mod kind {
-    pub const GET: i32 = 1;
-    pub const ACK_ALL: i32 = 2;
-    pub const ACK_RANGE: i32 = 3;
-    pub const NACK_ALL: i32 = 4;
-    pub const NACK_RANGE: i32 = 5;
-    pub const REQUEUE_ALL: i32 = 6;
-    pub const REQUEUE_RANGE: i32 = 7;
-    pub const ACTIVE_OFFSETS: i32 = 8;
-    pub const TRANSACTION_STATUS: i32 = 9;
-    pub const CLOSE_BY_CLIENT: i32 = 10;
+    use super::pb::QueuesDownstreamRequestType as T;
+    pub const GET: i32 = T::Get as i32;
+    pub const ACK_ALL: i32 = T::AckAll as i32;
+    pub const ACK_RANGE: i32 = T::AckRange as i32;
+    pub const NACK_ALL: i32 = T::NAckAll as i32;
+    pub const NACK_RANGE: i32 = T::NAckRange as i32;
+    pub const REQUEUE_ALL: i32 = T::ReQueueAll as i32;
+    pub const REQUEUE_RANGE: i32 = T::ReQueueRange as i32;
+    pub const ACTIVE_OFFSETS: i32 = T::ActiveOffsets as i32;
+    pub const TRANSACTION_STATUS: i32 = T::TransactionStatus as i32;
+    pub const CLOSE_BY_CLIENT: i32 = T::CloseByClient as i32;
 }
 
 /// Messages a Get reserved and not yet settled: sequence → the owner's delivery tag.

@@ -106,15 +106,7 @@ pub fn respond(b: &Bridge, r: pb::Response) -> Result<pb::Empty, Status> {
     let Some((owner, request_id)) = parse_reply_channel(&r.reply_channel).filter(|(core, _)| *core < b.array.cores()) else {
         return Err(Status::invalid_argument(format!("Error 303: unknown reply channel {:?}", r.reply_channel)));
     };
-    let outcome = RpcOutcome::Response {
-        executed: r.executed,
-        error: bytes_of(r.error),
-        metadata: bytes_of(r.metadata),
-        body: Bytes::from(r.body),
-        tags: tags_from_map(r.tags),
-        responder: bytes_of(r.client_id),
-        timestamp_ns: r.timestamp,
-    };
+    let outcome = convert::outcome_of_response(r);
     b.array.send(owner, CoreMsg::RpcResponse { pattern: Pattern::Commands, channel: Channel::default(), request_id, outcome: Box::new(outcome) });
     Ok(pb::Empty {})
 }
