@@ -3,7 +3,8 @@
 # stompgate A (embedded array) and through stompgate B (`--array grpc://A`), interleaved,
 # RUNS times each, then a table of medians and B/A ratios.
 #
-#   scripts/remote-hop.sh                      RUNS=3 DURATION_S=8 WARMUP_S=2 by default
+#   scripts/remote-hop.sh                      RUNS=3 DURATION_S=8 WARMUP_S=2 by default;
+#                                              CASES="fanout queue" picks scenarios
 #   scripts/remote-hop.sh --summarize FILE     the table for an earlier results file
 #
 # Both gateways run with --cores 2 on loopback (A: STOMP 61813, gRPC 51813; B: STOMP 61814).
@@ -21,7 +22,7 @@ summarize() {
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 cases = list(dict.fromkeys(r["case"] for r in rows))
-metrics = [("delivered_per_s", "msgs/s"), ("p50_us", "p50 µs"), ("p99_us", "p99 µs"),
+metrics = [("delivered_per_s", "msgs/s"), ("completed_per_s", "requests/s"), ("p50_us", "p50 µs"), ("p99_us", "p99 µs"),
            ("p999_us", "p999 µs"), ("server_cpu_us_per_msg", "gateway CPU µs/msg"),
            ("lost", "lost"), ("duplicated", "dup")]
 def med(case, broker, m):
@@ -73,11 +74,14 @@ case_args() {
     case "$1" in
     fanout) echo "fanout --subscribers 4 --rate 0 --receipt-every 1000" ;;
     fanout-rate2k) echo "fanout --subscribers 4 --rate 2000" ;;
+    fanout-rate50k) echo "fanout --subscribers 4 --rate 50000" ;;
     queue) echo "queue --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
+    # The responder is the harness's own, on A's gRPC API in both cases.
+    rpc) echo "rpc --requesters 4 --inflight 16 --grpc 127.0.0.1:$A_GRPC" ;;
     esac
 }
 for run in $(seq 1 "$RUNS"); do
-    for case in fanout fanout-rate2k queue; do
+    for case in ${CASES:-fanout fanout-rate2k fanout-rate50k queue rpc}; do
         for target in direct via-remote; do
             if [ "$target" = direct ]; then port=$A_STOMP pid=$A_PID; else port=$B_STOMP pid=$B_PID; fi
             rc=0

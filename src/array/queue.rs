@@ -354,7 +354,10 @@ impl Queues {
         }
         // Release below half the high-water mark (hysteresis), or at once when nobody
         // consumes: pacing is against consumers, not a cap on what a queue may hold.
-        if ch.consumers.is_empty() || ch.ready.len() <= ch.high_water() / 2 {
+        // Pull consumers (gRPC Gets, and gateways in remote-array mode) count as consumers
+        // while they hold or wait for messages.
+        let consumed = !ch.consumers.is_empty() || !ch.inflight.is_empty() || !ch.waiters.is_empty();
+        if !consumed || ch.ready.len() <= ch.high_water() / 2 {
             for t in ch.held_receipts.drain(..) {
                 out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
             }

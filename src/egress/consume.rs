@@ -1,9 +1,9 @@
 //! Queue consumption through the array: one `QueuesDownstream` stream per STOMP queue
 //! subscription.
 //!
-//! The consumer keeps at most `prefetch` (SubBuffSize) messages unsettled: whenever it holds
-//! fewer and no Get is outstanding it asks for the difference (Get, `WaitTimeout` 1 s, no
-//! auto-ack). Each received message gets a local delivery tag, which STOMP ACK/NACK name;
+//! The consumer keeps at most `prefetch` (SubBuffSize) messages unsettled: once it holds half
+//! of that or less and no Get is outstanding, it asks for the difference (Get, `WaitTimeout`
+//! 1 s, no auto-ack). Settlements already queued are coalesced into one range per transaction. Each received message gets a local delivery tag, which STOMP ACK/NACK name;
 //! settling maps tags back to (transaction, sequence) and sends AckRange / NAckRange /
 //! ReQueueRange. A message not settled within QueueAckTimeoutSeconds is NAcked (the array
 //! requeues it). When the stream breaks, the array returns what it held to the queue; the
@@ -127,7 +127,9 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
         let mut get_outstanding = false;
         let mut sweep = tokio::time::interval(SWEEP);
         loop {
-            if !get_outstanding && held.len() < prefetch {
+            // Ask again once half the window is free: one Get per message would make every
+            // delivery a round trip to the array.
+            if !get_outstanding && held.len() <= prefetch / 2 {
                 let get = pb::QueuesDownstreamRequest {
                     request_id: request_id(),
                     client_id: w.client_id.clone(),
@@ -168,11 +170,21 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
                     Ok(None) | Err(_) => break,
                 },
                 settle = ctl.recv() => {
-                    let Some((tags, action)) = settle else { return };
-                    let requests = settlements(&mut held, &tags, &action, &channel, &w.client_id, &mut request_id);
+                    let Some(first) = settle else { return };
+                    // Coalesce what is already queued (a STOMP client ACKs message by message):
+                    // one AckRange per transaction instead of one request per ACK.
+                    let mut batches: Vec<(Vec<u64>, Settle)> = vec![first];
+                    while let Ok((tags, action)) = ctl.try_recv() {
+                        match batches.iter_mut().find(|(_, a)| *a == action) {
+                            Some((all, _)) => all.extend(tags),
+                            None => batches.push((tags, action)),
+                        }
+                    }
                     let mut broken = false;
-                    for req in requests {
-                        broken |= tx.send(req).await.is_err();
+                    for (tags, action) in batches {
+                        for req in settlements(&mut held, &tags, &action, &channel, &w.client_id, &mut request_id) {
+                            broken |= tx.send(req).await.is_err();
+                        }
                     }
                     if broken {
                         break;

@@ -93,7 +93,7 @@ impl Bridge {
 
     /// Sends now and returns the confirmation to wait for later, so several operations can be
     /// in flight at once.
-    pub fn send_confirmed(&self, core: CoreId, build: impl FnOnce(Ticket) -> CoreMsg) -> Confirmation<'_> {
+    pub fn send_confirmed(&self, core: CoreId, build: impl FnOnce(Ticket) -> CoreMsg) -> Confirmation {
         let (ticket, rx) = self.confirmer.issue(core);
         let rx = if self.array.send(core, build(ticket)) {
             Some(rx)
@@ -101,7 +101,7 @@ impl Bridge {
             self.confirmer.forget(ticket.token);
             None
         };
-        Confirmation { confirmer: &self.confirmer, token: ticket.token, rx }
+        Confirmation { confirmer: Arc::clone(&self.confirmer), token: ticket.token, rx }
     }
 
     /// Waits until `core` has handled everything sent to it from here before.
@@ -111,13 +111,13 @@ impl Bridge {
 }
 
 /// An operation sent to a core, whose `Done` has not been awaited yet.
-pub struct Confirmation<'a> {
-    confirmer: &'a Confirmer,
+pub struct Confirmation {
+    confirmer: Arc<Confirmer>,
     token: u64,
     rx: Option<oneshot::Receiver<()>>,
 }
 
-impl Confirmation<'_> {
+impl Confirmation {
     /// True once the core confirmed; false if it is gone or [`CONFIRM_WAIT`] passed.
     pub async fn wait(self) -> bool {
         let Some(rx) = self.rx else { return false };

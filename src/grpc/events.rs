@@ -5,7 +5,7 @@
 //! `SubRef` exactly as to a STOMP subscription. The sink's buffer holds
 //! `Limits::subscriber_buffer` messages; a delivery that finds it full is dropped and counted
 //! (KubeMQ's slow-consumer rule; events are at-most-once).
-use super::bridge::{Bridge, OnDrop};
+use super::bridge::{Bridge, Confirmation, OnDrop};
 use super::convert::{self, Incoming};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
@@ -22,49 +22,83 @@ use tonic::{Status, Streaming};
 /// first 28 hours of 1970.
 const SECONDS_NOT_NANOS_BELOW: i64 = 100_000_000_000_000;
 
-/// Publishes one event. Events-Store publishes are confirmed by the channel's owner (stored
-/// and handed to the live subscribers) before this returns.
-pub async fn publish(b: &Bridge, ev: pb::Event) -> Result<String, validate::Invalid> {
+/// A validated event, ready for its channel's owner.
+fn prepare(b: &Bridge, ev: pb::Event) -> Result<(Pattern, Arc<Message>), validate::Invalid> {
     validate::client_id(&ev.client_id)?;
     validate::channel(&ev.channel)?;
-    let store = ev.store;
+    let pattern = if ev.store { Pattern::EventsStore } else { Pattern::Events };
     // An empty event is accepted (not KubeMQ's Error 110): STOMP SENDs may be empty, and
     // gateways in remote-array mode publish them through this API.
-    let incoming = Incoming::from(ev);
-    let msg = Arc::new(incoming.into_message(b.unique_id("e"), now_unix_ns()));
-    let id = convert::string_of(&msg.id);
-    let pattern = if store { Pattern::EventsStore } else { Pattern::Events };
+    let msg = Arc::new(Incoming::from(ev).into_message(b.unique_id("e"), now_unix_ns()));
+    Ok((pattern, msg))
+}
+
+/// Sends an event to its owner. An Events-Store event comes back with the confirmation to
+/// wait for (stored and handed to the live subscribers); a plain event is fire-and-forget.
+fn start(b: &Bridge, pattern: Pattern, msg: Arc<Message>) -> Option<Confirmation> {
     let owner = b.owner_of(pattern, &msg.channel);
-    if store {
-        if !b.confirm(owner, |t| CoreMsg::Publish { pattern, msg, done: Some(t) }).await {
-            return Err(validate::Invalid::new(130, "events store publish was not confirmed"));
-        }
+    if pattern == Pattern::EventsStore {
+        Some(b.send_confirmed(owner, |t| CoreMsg::Publish { pattern, msg, done: Some(t) }))
     } else {
         b.array.send(owner, CoreMsg::Publish { pattern, msg, done: None });
+        None
     }
-    Ok(id)
 }
+
+const UNCONFIRMED: validate::Invalid = validate::Invalid::new(130, "events store publish was not confirmed");
 
 pub async fn send_event(b: &Bridge, ev: pb::Event) -> Result<pb::Result, Status> {
-    let event_id = ev.event_id.clone();
-    match publish(b, ev).await {
-        Ok(id) => Ok(pb::Result { event_id: id, sent: true, error: String::new() }),
-        // Validation fails the call (as KubeMQ does); an unconfirmed store publish is in-band.
-        Err(e) if e.code == 130 => Ok(pb::Result { event_id, sent: false, error: e.message() }),
-        Err(e) => Err(e.status()),
-    }
+    let (pattern, msg) = prepare(b, ev)?;
+    let event_id = convert::string_of(&msg.id);
+    let confirmed = match start(b, pattern, msg) {
+        Some(confirmation) => confirmation.wait().await,
+        None => true,
+    };
+    // An unconfirmed store publish is reported in-band, as KubeMQ reports publish failures.
+    Ok(match confirmed {
+        true => pb::Result { event_id, sent: true, error: String::new() },
+        false => pb::Result { event_id, sent: false, error: UNCONFIRMED.message() },
+    })
 }
 
-/// `SendEventsStream`: a `Result` for every Events-Store event and for every failed event.
+/// `SendEventsStream`: a `Result` for every Events-Store event (once stored) and for every
+/// failed event, in order. Pipelined: a reader sends each event on as it arrives; a writer
+/// answers store events as their confirmations come in.
 pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>) -> BoxStream<pb::Result> {
+    /// Answers owed and not yet written (bounds what one stream has in flight).
+    const WINDOW: usize = 1024;
+    enum Owed {
+        Stored(String, Confirmation),
+        Failed(pb::Result),
+    }
     let (tx, rx) = mpsc::channel::<pb::Result>(256);
+    let (owed_tx, mut owed) = mpsc::channel::<Owed>(WINDOW);
     tokio::spawn(async move {
         while let Ok(Some(ev)) = inbound.message().await {
-            let (event_id, store) = (ev.event_id.clone(), ev.store);
-            let result = match publish(&b, ev).await {
-                Ok(id) if store => pb::Result { event_id: id, sent: true, error: String::new() },
-                Ok(_) => continue,
-                Err(e) => pb::Result { event_id, sent: false, error: e.message() },
+            let event_id = ev.event_id.clone();
+            let next = match prepare(&b, ev) {
+                Ok((pattern, msg)) => {
+                    let id = convert::string_of(&msg.id);
+                    match start(&b, pattern, msg) {
+                        Some(confirmation) => Owed::Stored(id, confirmation),
+                        None => continue,
+                    }
+                }
+                Err(e) => Owed::Failed(pb::Result { event_id, sent: false, error: e.message() }),
+            };
+            if owed_tx.send(next).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        while let Some(next) = owed.recv().await {
+            let result = match next {
+                Owed::Stored(event_id, confirmation) => match confirmation.wait().await {
+                    true => pb::Result { event_id, sent: true, error: String::new() },
+                    false => pb::Result { event_id, sent: false, error: UNCONFIRMED.message() },
+                },
+                Owed::Failed(result) => result,
             };
             if tx.send(result).await.is_err() {
                 break;

@@ -76,9 +76,12 @@ fn error_result(message_id: String, e: &str) -> pb::SendQueueMessageResult {
     pb::SendQueueMessageResult { message_id, is_error: true, error: e.to_string(), ..Default::default() }
 }
 
-/// Sends messages in order, all in flight at once, and reports one result per message.
-/// Validation and confirmation failures are in-band (`IsError`), as in KubeMQ.
-async fn send_all(b: &Bridge, messages: Vec<pb::QueueMessage>) -> Vec<pb::SendQueueMessageResult> {
+/// Messages sent to their owners, with the confirmations still to wait for.
+type InFlight = Vec<(pb::SendQueueMessageResult, Option<super::bridge::Confirmation>)>;
+
+/// Sends messages in order, all at once, without waiting (validation failures become in-band
+/// error results right away).
+fn start_all(b: &Bridge, messages: Vec<pb::QueueMessage>) -> InFlight {
     let now_ns = now_unix_ns();
     let mut pending = Vec::with_capacity(messages.len());
     for m in messages {
@@ -92,6 +95,11 @@ async fn send_all(b: &Bridge, messages: Vec<pb::QueueMessage>) -> Vec<pb::SendQu
             Err(e) => pending.push((error_result(id, &e.message()), None)),
         }
     }
+    pending
+}
+
+/// One result per message, once its owner confirmed it (in-band error if it never did).
+async fn finish_all(pending: InFlight) -> Vec<pb::SendQueueMessageResult> {
     let mut results = Vec::with_capacity(pending.len());
     for (result, confirm) in pending {
         let confirmed = match confirm {
@@ -107,6 +115,12 @@ async fn send_all(b: &Bridge, messages: Vec<pb::QueueMessage>) -> Vec<pb::SendQu
     results
 }
 
+/// Sends messages (all in flight at once) and reports one result per message. Validation and
+/// confirmation failures are in-band (`IsError`), as in KubeMQ.
+async fn send_all(b: &Bridge, messages: Vec<pb::QueueMessage>) -> Vec<pb::SendQueueMessageResult> {
+    finish_all(start_all(b, messages)).await
+}
+
 pub async fn send_one(b: &Bridge, m: pb::QueueMessage) -> pb::SendQueueMessageResult {
     send_all(b, vec![m]).await.pop().unwrap_or_default()
 }
@@ -120,16 +134,27 @@ pub async fn send_batch(b: &Bridge, r: pb::QueueMessagesBatchRequest) -> Result<
     Ok(pb::QueueMessagesBatchResponse { batch_id: r.batch_id, results, have_errors })
 }
 
-/// `QueuesUpstream`: one response per request, in request order.
+/// `QueuesUpstream`: one response per request, in request order. Pipelined: a reader sends
+/// each request's messages to their owners as it arrives, and a writer answers each request
+/// once its messages are confirmed, so a stream is not one round trip per request.
 pub fn upstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesUpstreamRequest>) -> BoxStream<pb::QueuesUpstreamResponse> {
+    /// Requests sent and not yet answered (bounds what one stream has in flight).
+    const WINDOW: usize = 1024;
     let (tx, rx) = mpsc::channel(256);
+    let (in_flight, mut confirmed) = mpsc::channel::<(String, Result<InFlight, &'static str>)>(WINDOW);
     tokio::spawn(async move {
         while let Ok(Some(req)) = inbound.message().await {
-            let response = if req.messages.is_empty() {
-                pb::QueuesUpstreamResponse { ref_request_id: req.request_id, is_error: true, error: "Error 131: request has no messages".into(), ..Default::default() }
-            } else {
-                let results = send_all(&b, req.messages).await;
-                pb::QueuesUpstreamResponse { ref_request_id: req.request_id, results, is_error: false, error: String::new() }
+            let sent = if req.messages.is_empty() { Err("Error 131: request has no messages") } else { Ok(start_all(&b, req.messages)) };
+            if in_flight.send((req.request_id, sent)).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        while let Some((request_id, sent)) = confirmed.recv().await {
+            let response = match sent {
+                Ok(pending) => pb::QueuesUpstreamResponse { ref_request_id: request_id, results: finish_all(pending).await, is_error: false, error: String::new() },
+                Err(e) => pb::QueuesUpstreamResponse { ref_request_id: request_id, is_error: true, error: e.into(), ..Default::default() },
             };
             if tx.send(response).await.is_err() {
                 break;
