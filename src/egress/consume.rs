@@ -2,7 +2,7 @@
 //! subscription.
 //!
 //! The consumer keeps at most `prefetch` (SubBuffSize) messages unsettled: once it holds half
-//! of that or less and no Get is outstanding, it asks for the difference (Get, `WaitTimeout`
+//! of that or less (half rounded down) and no Get is outstanding, it asks for the difference (Get, `WaitTimeout`
 //! 1 s, no auto-ack). Settlements already queued are coalesced into one range per transaction. Each received message gets a local delivery tag, which STOMP ACK/NACK name;
 //! settling maps tags back to (transaction, sequence) and sends AckRange / NAckRange /
 //! ReQueueRange. A message not settled within QueueAckTimeoutSeconds is NAcked (the array
@@ -127,9 +127,9 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
         let mut get_outstanding = false;
         let mut sweep = tokio::time::interval(SWEEP);
         loop {
-            // Ask again once half the window is free: one Get per message would make every
-            // delivery a round trip to the array.
-            if !get_outstanding && held.len() <= prefetch / 2 {
+            // Ask again once half the window is free (rounded down, so a window of 3 refills
+            // after one ACK): one Get per freed message would make every delivery a round trip.
+            if !get_outstanding && prefetch - held.len().min(prefetch) >= (prefetch / 2).max(1) {
                 let get = pb::QueuesDownstreamRequest {
                     request_id: request_id(),
                     client_id: w.client_id.clone(),
