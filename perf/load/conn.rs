@@ -404,3 +404,22 @@ pub fn proto(context: impl Into<String>, e: &stomp::DecodeError) -> LoadError {
 pub fn eof(context: impl Into<String>) -> LoadError {
     LoadError::Protocol { context: context.into(), text: "server closed the connection".into() }
 }
+
+/// Arms each `pollfd` for reading, and for writing where its connection has output pending,
+/// then waits up to `wait_ms`. `Ok(false)` when a signal interrupted the wait (poll again).
+pub fn poll_conns<'a>(fds: &mut [libc::pollfd], conns: impl Iterator<Item = &'a Conn>, wait_ms: i32) -> Result<bool, LoadError> {
+    for (pfd, conn) in fds.iter_mut().zip(conns) {
+        pfd.events = libc::POLLIN | if conn.has_pending_write() { libc::POLLOUT } else { 0 };
+        pfd.revents = 0;
+    }
+    // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(LoadError::io("poll", e));
+    }
+    Ok(true)
+}

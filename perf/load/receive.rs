@@ -5,7 +5,6 @@
 //! is recorded once (first copy only), and in queue mode it is ACKed individually. ACKs are
 //! batched per read and written without blocking.
 
-use std::io;
 use std::sync::atomic::Ordering;
 
 use hdrhistogram::Histogram;
@@ -147,18 +146,8 @@ pub fn run(mut receivers: Vec<Receiver>, mode: Mode, publishers: usize, shared: 
     let mut fds: Vec<libc::pollfd> =
         receivers.iter().map(|r| libc::pollfd { fd: r.conn.fd(), events: 0, revents: 0 }).collect();
     while !shared.stop.load(Ordering::Relaxed) {
-        for (pfd, r) in fds.iter_mut().zip(&receivers) {
-            pfd.events = libc::POLLIN | if r.conn.has_pending_write() { libc::POLLOUT } else { 0 };
-            pfd.revents = 0;
-        }
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(LoadError::io("poll", e));
+        if !crate::conn::poll_conns(&mut fds, receivers.iter().map(|r| &r.conn), POLL_MS)? {
+            continue;
         }
         for (pfd, r) in fds.iter().zip(receivers.iter_mut()) {
             if pfd.revents == 0 {

@@ -15,7 +15,6 @@
 //! `foreign` = replies whose `correlation-id` this requester never sent.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -290,18 +289,8 @@ fn drive(mut requesters: Vec<Requester>, inflight: usize, flow: &Flow, shared: &
             shared.sent.fetch_add(std::mem::take(&mut unreported_sent), Ordering::SeqCst);
             flow.sending_threads.fetch_sub(1, Ordering::SeqCst);
         }
-        for (pfd, r) in fds.iter_mut().zip(&requesters) {
-            pfd.events = libc::POLLIN | if r.conn.has_pending_write() { libc::POLLOUT } else { 0 };
-            pfd.revents = 0;
-        }
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(LoadError::io("poll", e));
+        if !crate::conn::poll_conns(&mut fds, requesters.iter().map(|r| &r.conn), wait_ms)? {
+            continue;
         }
         for (pfd, r) in fds.iter().zip(requesters.iter_mut()) {
             if pfd.revents == 0 {

@@ -113,6 +113,26 @@ struct QueueChannel {
 }
 
 impl QueueChannel {
+    /// The next deliverable entry of this queue (`name`): expired ones are discarded (counted
+    /// in `expired`), ones past their receive limit dead-lettered. The returned entry has its
+    /// receive count raised.
+    fn take_next(&mut self, name: &Channel, cores: usize, expired: &mut u32, out: &mut Outbox) -> Option<Entry> {
+        let mut now_ns = None;
+        while let Some(mut entry) = self.ready.pop_front() {
+            if entry.expires_at_ns != 0 && entry.expires_at_ns <= *now_ns.get_or_insert_with(now_unix_ns) {
+                *expired += 1;
+                continue;
+            }
+            if entry.receive_count >= entry.max_receive() {
+                dead_letter(name, entry, cores, out);
+                continue;
+            }
+            entry.receive_count += 1;
+            return Some(entry);
+        }
+        None
+    }
+
     fn is_idle(&self) -> bool {
         self.ready.is_empty()
             && self.inflight.is_empty()
@@ -148,12 +168,6 @@ pub struct QueueDepth {
     pub ready: usize,
     pub inflight: usize,
     pub consumers: usize,
-}
-
-/// What taking the next ready message found.
-enum Next {
-    Deliver(Entry),
-    Empty,
 }
 
 impl Queues {
@@ -371,33 +385,11 @@ impl Queues {
         }
     }
 
-    /// The next deliverable entry: expired ones are discarded (counted in `expired`), ones past
-    /// their receive limit dead-lettered. The returned entry has its receive count raised.
-    fn take_next(&mut self, channel: &Channel, expired: &mut u32, out: &mut Outbox) -> Next {
-        let cores = self.cores;
-        let Some(ch) = self.channels.get_mut(channel) else { return Next::Empty };
-        let mut now_ns = None;
-        while let Some(mut entry) = ch.ready.pop_front() {
-            if entry.expires_at_ns != 0 && entry.expires_at_ns <= *now_ns.get_or_insert_with(now_unix_ns) {
-                *expired += 1;
-                continue;
-            }
-            if entry.receive_count >= entry.max_receive() {
-                dead_letter(channel, entry, cores, out);
-                continue;
-            }
-            entry.receive_count += 1;
-            return Next::Deliver(entry);
-        }
-        Next::Empty
-    }
-
     fn serve_waiters(&mut self, channel: &Channel, out: &mut Outbox) {
-        loop {
-            let Some(ch) = self.channels.get_mut(channel) else { return };
-            if ch.ready.is_empty() {
-                return;
-            }
+        let cores = self.cores;
+        // One lookup for the whole loop: this runs on every send.
+        let Some(ch) = self.channels.get_mut(channel) else { return };
+        while !ch.ready.is_empty() {
             let Some(w) = ch.waiters.pop_front() else { return };
             let req = w.req;
             let mut result = PullResult { expired: w.expired, ..PullResult::default() };
@@ -422,16 +414,14 @@ impl Queues {
                 PullMode::Purge => {}
                 PullMode::Remove | PullMode::Reserve => {
                     while result.messages.len() < req.max as usize {
-                        let Next::Deliver(entry) = self.take_next(channel, &mut result.expired, out) else { break };
+                        let Some(entry) = ch.take_next(channel, cores, &mut result.expired, out) else { break };
                         let tag = self.next_tag;
                         self.next_tag += 1;
                         result.messages.push(entry.pulled(tag));
                         if req.mode == PullMode::Reserve {
-                            let ch = self.channels.get_mut(channel).expect("exists while taking");
                             ch.inflight.insert(tag, Inflight { entry, consumer: req.holder });
                         }
                     }
-                    let ch = self.channels.get_mut(channel).expect("exists while taking");
                     if result.messages.is_empty() {
                         // Everything ready had expired or was dead-lettered: keep waiting.
                         ch.waiters.push_front(Waiter { req, deadline: w.deadline, expired: result.expired });
@@ -452,9 +442,11 @@ impl Queues {
     }
 
     fn deliver_ready(&mut self, channel: &Channel, now: Instant, out: &mut Outbox) {
+        let cores = self.cores;
         let mut expired = 0;
+        // One lookup for the whole loop: this is the queue hot path.
+        let Some(ch) = self.channels.get_mut(channel) else { return };
         loop {
-            let Some(ch) = self.channels.get_mut(channel) else { return };
             let n = ch.consumers.len();
             if ch.ready.is_empty() || n == 0 {
                 return;
@@ -462,8 +454,7 @@ impl Queues {
             let Some(i) = (0..n).map(|k| (ch.turn + k) % n).find(|&i| ch.consumers[i].inflight < ch.consumers[i].prefetch) else {
                 return;
             };
-            let Next::Deliver(entry) = self.take_next(channel, &mut expired, out) else { return };
-            let ch = self.channels.get_mut(channel).expect("exists while taking");
+            let Some(entry) = ch.take_next(channel, cores, &mut expired, out) else { return };
             ch.turn = (i + 1) % n;
             let consumer = &mut ch.consumers[i];
             consumer.inflight += 1;

@@ -23,11 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-/// `QueuesDownstreamRequestType` values used here.
-const GET: i32 = pb::QueuesDownstreamRequestType::Get as i32;
-const ACK_RANGE: i32 = pb::QueuesDownstreamRequestType::AckRange as i32;
-const NACK_RANGE: i32 = pb::QueuesDownstreamRequestType::NAckRange as i32;
-const REQUEUE_RANGE: i32 = pb::QueuesDownstreamRequestType::ReQueueRange as i32;
+use crate::grpc::queues::kind::{ACK_RANGE, GET, NACK_RANGE, REQUEUE_RANGE};
 /// How long one Get waits at the array for a first message (its floor in KubeMQ).
 const GET_WAIT_MS: i32 = 1000;
 /// How often held messages are checked against the ack timeout.

@@ -113,9 +113,11 @@ fn event_of(w: &Worker, item: &Item) -> pb::Event {
     }
 }
 
-/// Waits out a backoff step while still taking input: plain events are dropped (counted),
+/// The stream is down: fails what waited longer than [`GIVE_UP`] (`what` names it in the log),
+/// then waits out a backoff step while still taking input — plain events are dropped (counted),
 /// everything needing confirmation joins `pending`. False when the core stopped.
-async fn wait_reconnect(w: &Worker, backoff: &mut Backoff, input: &mut mpsc::UnboundedReceiver<Item>, pending: &mut HashMap<String, Item>, key: fn(&Item) -> String, dropped: &mut u64) -> bool {
+async fn wait_reconnect(w: &Worker, what: &str, backoff: &mut Backoff, input: &mut mpsc::UnboundedReceiver<Item>, pending: &mut HashMap<String, Item>, key: fn(&Item) -> String, dropped: &mut u64) -> bool {
+    give_up(w, pending, what);
     let delay = tokio::time::sleep(backoff.next_delay());
     tokio::pin!(delay);
     loop {
@@ -147,8 +149,7 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
             Ok(r) => r.into_inner(),
             Err(e) => {
                 tracing::warn!(core = w.core, error = %e, "array unreachable (events stream); retrying");
-                give_up(&w, &mut pending, "events-store publish");
-                if !wait_reconnect(&w, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+                if !wait_reconnect(&w, "events-store publish", &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
                     return;
                 }
                 continue;
@@ -192,7 +193,7 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
             }
         }
         tracing::warn!(core = w.core, unconfirmed = pending.len(), dropped, "events stream to the array broke; reconnecting");
-        if !wait_reconnect(&w, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+        if !wait_reconnect(&w, "events-store publish", &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
             return;
         }
     }
@@ -229,8 +230,7 @@ async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
             Ok(r) => r.into_inner(),
             Err(e) => {
                 tracing::warn!(core = w.core, error = %e, "array unreachable (queue upstream); retrying");
-                give_up(&w, &mut pending, "queue send");
-                if !wait_reconnect(&w, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+                if !wait_reconnect(&w, "queue send", &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
                     return;
                 }
                 continue;
@@ -273,7 +273,7 @@ async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
             }
         }
         tracing::warn!(core = w.core, unconfirmed = pending.len(), "queue upstream to the array broke; reconnecting");
-        if !wait_reconnect(&w, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+        if !wait_reconnect(&w, "queue send", &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
             return;
         }
     }

@@ -241,7 +241,7 @@ pub async fn ack_all(b: &Bridge, r: pb::AckAllQueueMessagesRequest) -> pb::AckAl
 // ---- QueuesDownstream ----
 
 /// `QueuesDownstreamRequestType` values as they travel (the generated enum, as `i32`).
-mod kind {
+pub mod kind {
     use super::pb::QueuesDownstreamRequestType as T;
     pub const GET: i32 = T::Get as i32;
     pub const ACK_ALL: i32 = T::AckAll as i32;

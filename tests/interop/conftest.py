@@ -31,13 +31,12 @@ def port(gateway: Gateway) -> int:
     return gateway.port
 
 
-@pytest.fixture
-def connect(gateway: Gateway):
-    """Factory: connect(version=12) -> stompkit.Client; every client is closed after the test."""
+def _clients(port: int):
+    """Yields a factory(version=12, **kwargs) -> stompkit.Client on `port`; closes them after."""
     clients: list[Client] = []
 
     def factory(version: int = 12, **kwargs) -> Client:
-        c = Client(gateway.port, version, **kwargs)
+        c = Client(port, version, **kwargs)
         clients.append(c)
         return c
 
@@ -46,19 +45,30 @@ def connect(gateway: Gateway):
         c.close()
 
 
-@pytest.fixture
-def raw(gateway: Gateway):
-    """Factory: raw() -> stompkit.RawStomp (not yet CONNECTed); closed after the test."""
+def _raws(port: int):
+    """Yields a factory() -> stompkit.RawStomp on `port` (not yet CONNECTed); closes them after."""
     socks: list[RawStomp] = []
 
     def factory() -> RawStomp:
-        r = RawStomp(gateway.port)
+        r = RawStomp(port)
         socks.append(r)
         return r
 
     yield factory
     for r in socks:
         r.close()
+
+
+@pytest.fixture
+def connect(gateway: Gateway):
+    """Factory: connect(version=12) -> stompkit.Client; every client is closed after the test."""
+    yield from _clients(gateway.port)
+
+
+@pytest.fixture
+def raw(gateway: Gateway):
+    """Factory: raw() -> stompkit.RawStomp (not yet CONNECTed); closed after the test."""
+    yield from _raws(gateway.port)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -86,31 +96,13 @@ def grpc_gateway() -> Gateway:
 @pytest.fixture
 def gconnect(grpc_gateway: Gateway):
     """Like `connect`, against grpc_gateway's STOMP port."""
-    clients: list[Client] = []
-
-    def factory(version: int = 12, **kwargs) -> Client:
-        c = Client(grpc_gateway.port, version, **kwargs)
-        clients.append(c)
-        return c
-
-    yield factory
-    for c in clients:
-        c.close()
+    yield from _clients(grpc_gateway.port)
 
 
 @pytest.fixture
 def graw(grpc_gateway: Gateway):
     """Like `raw`, against grpc_gateway's STOMP port."""
-    socks: list[RawStomp] = []
-
-    def factory() -> RawStomp:
-        r = RawStomp(grpc_gateway.port)
-        socks.append(r)
-        return r
-
-    yield factory
-    for r in socks:
-        r.close()
+    yield from _raws(grpc_gateway.port)
 
 
 @pytest.fixture
