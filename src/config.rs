@@ -37,8 +37,21 @@ pub struct Config {
     pub grpc_addr: Option<SocketAddr>,
     /// Worker threads of the gRPC server's own tokio runtime.
     pub grpc_threads: usize,
+    /// TLS for the gRPC listener: PEM certificate chain and private key files.
+    pub grpc_tls: Option<ServerTls>,
+    /// A token every gRPC call must carry as `authorization` metadata (`None`: no check).
+    pub grpc_token: Option<String>,
     /// Where the array lives: in this process (default) or a remote KubeMQ array.
     pub array: ArrayMode,
+    /// Prometheus metrics listener (`None` = off, the default).
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// The gRPC listener's certificate chain and key (both PEM files, read at start-up).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerTls {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
 }
 
 /// `--array`: the embedded array, or a remote one reached over gRPC.
@@ -84,7 +97,10 @@ impl Default for Config {
             rpc_max_pending: 1024,
             grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
             grpc_threads: 1,
+            grpc_tls: None,
+            grpc_token: None,
             array: ArrayMode::Embedded,
+            metrics_addr: None,
         }
     }
 }
@@ -104,10 +120,12 @@ pub mod env {
     pub const RPC_MAX_PENDING: &str = "CONNECTORS_STOMP_RPC_MAX_PENDING";
     /// The remote array's auth token (kept out of the command line, where `ps` shows it).
     pub const ARRAY_TOKEN: &str = "STOMPGATE_ARRAY_TOKEN";
+    /// The token the gRPC listener requires (same reason).
+    pub const GRPC_TOKEN: &str = "STOMPGATE_GRPC_TOKEN";
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 16] = [
+pub const TOML_KEYS: [&str; 20] = [
     "stomp_addr",
     "cores",
     "cpus",
@@ -121,9 +139,13 @@ pub const TOML_KEYS: [&str; 16] = [
     "rpc_max_pending",
     "grpc_addr",
     "grpc_threads",
+    "grpc_tls_cert",
+    "grpc_tls_key",
+    "grpc_token",
     "array",
     "array_ca_file",
     "array_token",
+    "metrics_addr",
 ];
 
 const AFTER_HELP: &str = "\
@@ -220,6 +242,22 @@ struct Cli {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     grpc_threads: Option<String>,
 
+    /// PEM certificate chain for the gRPC listener: with --grpc-tls-key it serves TLS only
+    /// (what `grpcs://` gateways and SDK clients with TLS dial). No env. TOML key: grpc_tls_cert.
+    #[arg(long, value_name = "FILE")]
+    grpc_tls_cert: Option<String>,
+
+    /// PEM private key for --grpc-tls-cert. No env. TOML key: grpc_tls_key.
+    #[arg(long, value_name = "FILE")]
+    grpc_tls_key: Option<String>,
+
+    /// Require this token as `authorization` metadata on every gRPC call (what --array-token
+    /// and the SDKs' auth token send); others get UNAUTHENTICATED. A shared secret compared as
+    /// is, not a JWT. Env STOMPGATE_GRPC_TOKEN (preferred: a flag shows in `ps`). TOML key:
+    /// grpc_token.
+    #[arg(long, value_name = "TOKEN")]
+    grpc_token: Option<String>,
+
     /// Where the array lives: `embedded` (in this process, the default) or a remote KubeMQ
     /// array, `grpc://HOST:PORT` or `grpcs://HOST:PORT` (TLS). In remote mode each core keeps
     /// its own gRPC connection on a dedicated egress thread and the gateway holds no channel
@@ -236,6 +274,13 @@ struct Cli {
     /// Env STOMPGATE_ARRAY_TOKEN (preferred: a flag shows in `ps`). TOML key: array_token.
     #[arg(long, value_name = "TOKEN")]
     array_token: Option<String>,
+
+    /// Serve Prometheus metrics at http://IP:PORT/metrics: per-core connections, frames,
+    /// deliveries and drops, and in remote-array mode each core's egress streams (wanted,
+    /// connected, reconnects, unconfirmed, failed). `off` (the default) serves none. No env.
+    /// TOML key: metrics_addr.
+    #[arg(long, value_name = "IP:PORT|off")]
+    metrics_addr: Option<String>,
 
     /// TOML file with any of the settings above; keys are the flag names with '-' → '_'
     /// (e.g. stomp_addr = "127.0.0.1:61613", cores = 2, cpus = "0,1", default_pattern = "queues",
@@ -636,8 +681,41 @@ impl Config {
                 },
             },
             grpc_threads: uint!(grpc_threads, "grpc-threads", None, 1),
+            grpc_tls: Self::resolve_grpc_tls(&src)?,
+            grpc_token: match src.pick("grpc-token", &cli.grpc_token, Some(env::GRPC_TOKEN), "grpc_token") {
+                Some((raw, source)) => Some(text(&raw, source)?.to_string()),
+                None => None,
+            },
             array: Self::resolve_array(&src)?,
+            metrics_addr: match src.pick("metrics-addr", &cli.metrics_addr, None, "metrics_addr") {
+                None => None,
+                Some((raw, source)) => match text(&raw, source)? {
+                    "off" => None,
+                    addr => Some(parse_addr(addr, source)?),
+                },
+            },
         })
+    }
+
+    /// `--grpc-tls-cert` and `--grpc-tls-key`: both or neither, each a readable file.
+    fn resolve_grpc_tls<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>) -> Result<Option<ServerTls>, String> {
+        let cli = src.cli;
+        let file = |name: &'static str, raw: &Option<String>, key: &'static str| -> Result<Option<(std::path::PathBuf, String)>, String> {
+            let Some((raw, source)) = src.pick(name, raw, None, key) else { return Ok(None) };
+            let path = text(&raw, source)?.to_string();
+            if !Path::new(&path).is_file() {
+                return Err(format!("invalid {source}: {path} is not a readable file"));
+            }
+            Ok(Some((path.into(), source.to_string())))
+        };
+        let cert = file("grpc-tls-cert", &cli.grpc_tls_cert, "grpc_tls_cert")?;
+        let key = file("grpc-tls-key", &cli.grpc_tls_key, "grpc_tls_key")?;
+        match (cert, key) {
+            (Some((cert_file, _)), Some((key_file, _))) => Ok(Some(ServerTls { cert_file, key_file })),
+            (None, None) => Ok(None),
+            (Some((_, source)), None) => Err(format!("invalid {source}: needs --grpc-tls-key too")),
+            (None, Some((_, source))) => Err(format!("invalid {source}: needs --grpc-tls-cert too")),
+        }
     }
 
     /// `--array` with its CA file and token. The CA file and token are errors without a remote
@@ -901,7 +979,10 @@ mod tests {
                 rpc_max_pending: 6,
                 grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
                 grpc_threads: 1,
+                grpc_tls: None,
+                grpc_token: None,
                 array: ArrayMode::Embedded,
+                metrics_addr: None,
             }
         );
     }
@@ -936,6 +1017,8 @@ rpc_timeout_s = 13
 rpc_max_pending = 14
 grpc_addr = "127.0.0.1:7101"
 grpc_threads = 2
+grpc_token = "s3cret"
+metrics_addr = "127.0.0.1:9100"
 "#,
         );
         let c = parse(&["--config", f.path()]).unwrap();
@@ -954,7 +1037,10 @@ grpc_threads = 2
                 rpc_max_pending: 14,
                 grpc_addr: Some("127.0.0.1:7101".parse().unwrap()),
                 grpc_threads: 2,
+                grpc_tls: None,
+                grpc_token: Some("s3cret".into()),
                 array: ArrayMode::Embedded,
+                metrics_addr: Some("127.0.0.1:9100".parse().unwrap()),
             }
         );
         let g = TempToml::new("cores = 3\n");
@@ -1275,10 +1361,26 @@ grpc_threads = 2
     }
 
     #[test]
+    fn grpc_listener_tls_needs_both_files_and_token_comes_from_env_or_flag() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let c = parse(&["--grpc-tls-cert", file, "--grpc-tls-key", file]).unwrap();
+        assert_eq!(c.grpc_tls, Some(ServerTls { cert_file: file.into(), key_file: file.into() }));
+        assert_eq!(parse(&["--grpc-tls-cert", file]).unwrap_err(), "invalid --grpc-tls-cert: needs --grpc-tls-key too");
+        assert_eq!(parse(&["--grpc-tls-key", file]).unwrap_err(), "invalid --grpc-tls-key: needs --grpc-tls-cert too");
+        assert_eq!(parse(&["--grpc-tls-cert", "/nonexistent.pem", "--grpc-tls-key", file]).unwrap_err(), "invalid --grpc-tls-cert: /nonexistent.pem is not a readable file");
+        assert_eq!(parse_env(&[], &[("STOMPGATE_GRPC_TOKEN", "t1")]).unwrap().grpc_token.as_deref(), Some("t1"));
+        assert_eq!(parse_env(&["--grpc-token", "t2"], &[("STOMPGATE_GRPC_TOKEN", "t1")]).unwrap().grpc_token.as_deref(), Some("t2"));
+        assert_eq!(parse(&[]).unwrap().grpc_token, None);
+    }
+
+    #[test]
     fn grpc_listener_can_move_or_be_switched_off() {
         assert_eq!(parse(&[]).unwrap().grpc_addr, Some("0.0.0.0:50000".parse().unwrap()));
         assert_eq!(parse(&["--grpc-addr", "127.0.0.1:50001"]).unwrap().grpc_addr, Some("127.0.0.1:50001".parse().unwrap()));
         assert_eq!(parse(&["--grpc-addr", "off"]).unwrap().grpc_addr, None);
+        assert_eq!(parse(&[]).unwrap().metrics_addr, None);
+        assert_eq!(parse(&["--metrics-addr", "127.0.0.1:9100"]).unwrap().metrics_addr, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(parse(&["--metrics-addr", "off"]).unwrap().metrics_addr, None);
         assert_eq!(parse(&["--grpc-threads", "3"]).unwrap().grpc_threads, 3);
     }
 

@@ -15,4 +15,5 @@ pub mod conn;
 pub mod runtime;
 pub mod grpc;
 pub mod egress;
+pub mod telemetry;
 pub mod session;

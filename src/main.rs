@@ -30,6 +30,21 @@ fn main() {
         stompgate::config::ArrayMode::Embedded => None,
     };
     let grpc_addr = if remote.is_some() { None } else { grpc_addr };
+    let grpc_security = match stompgate::grpc::Security::from_config(cfg.grpc_tls.as_ref(), cfg.grpc_token.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("stompgate: {e}");
+            std::process::exit(1);
+        }
+    };
+    // Before the cores and egress threads start: they take their metric handles at birth.
+    if let Some(addr) = cfg.metrics_addr {
+        if let Err(e) = stompgate::telemetry::install(addr) {
+            eprintln!("stompgate: {e}");
+            std::process::exit(1);
+        }
+        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+    }
     let server = match Server::start(cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -52,7 +67,7 @@ fn main() {
     let _ = addr;
     // Availability first (seed 003): a gRPC listener that cannot bind is logged and the
     // gateway runs on without it.
-    let grpc = grpc_addr.and_then(|a| match stompgate::grpc::start_with(a, grpc_threads, server.array(), grpc_limits) {
+    let grpc = grpc_addr.and_then(|a| match stompgate::grpc::start_secured(a, grpc_threads, server.array(), grpc_limits, grpc_security) {
         Ok(g) => Some(g),
         Err(e) => {
             tracing::error!(grpc = %a, error = %e, "cannot start the gRPC API; continuing without it");

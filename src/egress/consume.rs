@@ -15,6 +15,7 @@ use crate::grpc::convert::{bytes_of, channel_of, tags_from_map};
 use crate::grpc::pb;
 use crate::model::{Channel, Message};
 use crate::runtime::msg::{CoreMsg, Settle, SubRef};
+use crate::telemetry::Counted;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -99,6 +100,8 @@ struct Held {
 }
 
 async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut ctl: mpsc::UnboundedReceiver<(Vec<u64>, Settle)>, next_tag: Rc<Cell<u64>>) {
+    let metrics = w.metrics.stream(crate::telemetry::Stream::Consume);
+    let _wanted = Counted::new(&metrics.wanted);
     let mut backoff = Backoff::default();
     let ack_timeout = Duration::from_secs(w.cfg.queue_ack_timeout_s);
     let mut request_no = 0u64;
@@ -111,6 +114,7 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
         let mut responses = match w.client.clone().queues_downstream(Outbound(rx)).await {
             Ok(r) => r.into_inner(),
             Err(e) => {
+                metrics.reconnects.increment(1);
                 tracing::warn!(core = w.core, channel = %channel, error = %e, "array unreachable (queue downstream); retrying");
                 if !drain_while_waiting(&mut ctl, backoff.next_delay()).await {
                     return;
@@ -119,6 +123,7 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
             }
         };
         backoff.reset();
+        let connected = Counted::new(&metrics.connected);
         let mut held: HashMap<u64, Held> = HashMap::new();
         let mut get_outstanding = false;
         let mut sweep = tokio::time::interval(SWEEP);
@@ -197,6 +202,8 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
                 }
             }
         }
+        drop(connected);
+        metrics.reconnects.increment(1);
         tracing::warn!(core = w.core, channel = %channel, "queue downstream to the array broke; the array requeues what it held; reconnecting");
         if !drain_while_waiting(&mut ctl, backoff.next_delay()).await {
             return;

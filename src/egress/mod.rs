@@ -70,6 +70,13 @@ impl Link {
     }
 }
 
+/// Whether the array refused this gateway's credentials (a missing or wrong `--array-token`).
+/// Work waiting on such a stream fails at once instead of after [`GIVE_UP`]: retrying cannot
+/// help until the operator fixes the token, and a client should not hang meanwhile.
+pub fn refused(status: &tonic::Status) -> bool {
+    matches!(status.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied)
+}
+
 /// Whether a message is work for the array (as opposed to a delivery or confirmation coming
 /// back from it).
 pub fn is_array_work(msg: &CoreMsg) -> bool {
@@ -159,6 +166,7 @@ pub struct Worker {
     pub cfg: Arc<Config>,
     /// This gateway's ClientID towards the array (`stompgate-<host>-<core>`).
     pub client_id: String,
+    pub metrics: crate::telemetry::EgressMetrics,
     publisher: publish::Publisher,
     subscriptions: subscribe::Subscriptions,
     consumers: consume::Consumers,
@@ -170,6 +178,7 @@ impl Worker {
         Rc::new_cyclic(|me| Worker {
             core,
             client_id: format!("stompgate-{host}-{core}"),
+            metrics: crate::telemetry::EgressMetrics::new(core),
             publisher: publish::Publisher::new(me.clone()),
             subscriptions: subscribe::Subscriptions::new(me.clone()),
             consumers: consume::Consumers::new(me.clone()),
@@ -230,6 +239,7 @@ impl Worker {
     }
 
     pub fn failed(&self, ticket: Option<Ticket>) {
+        self.metrics.failed.increment(1);
         if let Some(ticket) = ticket {
             self.back.send(ticket.core, CoreMsg::Failed { ticket });
         }

@@ -12,6 +12,7 @@ use crate::grpc::convert::{string_of, tags_to_map};
 use crate::grpc::pb;
 use crate::model::{Message, Pattern};
 use crate::runtime::msg::Ticket;
+use crate::telemetry::{Counted, Stream as StreamKind};
 use futures_lite::Stream;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -88,10 +89,10 @@ impl Publisher {
     }
 }
 
-/// Fails what waited longer than [`GIVE_UP`].
-fn give_up<K: Eq + std::hash::Hash + Clone>(w: &Worker, pending: &mut HashMap<K, Item>, what: &str) {
+/// Fails what waited longer than [`GIVE_UP`] (everything, when the array `refused` us).
+fn give_up<K: Eq + std::hash::Hash + Clone>(w: &Worker, pending: &mut HashMap<K, Item>, what: &str, refused: bool) {
     let now = Instant::now();
-    let expired: Vec<K> = pending.iter().filter(|(_, i)| now.duration_since(i.since) >= GIVE_UP).map(|(k, _)| k.clone()).collect();
+    let expired: Vec<K> = pending.iter().filter(|(_, i)| refused || now.duration_since(i.since) >= GIVE_UP).map(|(k, _)| k.clone()).collect();
     for k in expired {
         if let Some(item) = pending.remove(&k) {
             tracing::error!(core = w.core, channel = %item.msg.channel, "{what} not confirmed by the array within {GIVE_UP:?}; failing it");
@@ -115,9 +116,11 @@ fn event_of(w: &Worker, item: &Item) -> pb::Event {
 
 /// The stream is down: fails what waited longer than [`GIVE_UP`] (`what` names it in the log),
 /// then waits out a backoff step while still taking input — plain events are dropped (counted),
-/// everything needing confirmation joins `pending`. False when the core stopped.
-async fn wait_reconnect(w: &Worker, what: &str, backoff: &mut Backoff, input: &mut mpsc::UnboundedReceiver<Item>, pending: &mut HashMap<String, Item>, key: fn(&Item) -> String, dropped: &mut u64) -> bool {
-    give_up(w, pending, what);
+/// everything needing confirmation joins `pending`, or fails at once if the array `refused`
+/// our credentials. False when the core stopped.
+#[allow(clippy::too_many_arguments)]
+async fn wait_reconnect(w: &Worker, what: &str, refused: bool, backoff: &mut Backoff, input: &mut mpsc::UnboundedReceiver<Item>, pending: &mut HashMap<String, Item>, key: fn(&Item) -> String, dropped: &mut u64) -> bool {
+    give_up(w, pending, what, refused);
     let delay = tokio::time::sleep(backoff.next_delay());
     tokio::pin!(delay);
     loop {
@@ -127,8 +130,10 @@ async fn wait_reconnect(w: &Worker, what: &str, backoff: &mut Backoff, input: &m
                 None => return false,
                 Some(item) if !item.store => {
                     *dropped += 1;
+                    w.metrics.events_dropped.increment(1);
                     w.done(item.ticket);
                 }
+                Some(item) if refused => w.failed(item.ticket),
                 Some(item) => {
                     pending.insert(key(&item), item);
                 }
@@ -138,24 +143,30 @@ async fn wait_reconnect(w: &Worker, what: &str, backoff: &mut Backoff, input: &m
 }
 
 async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
+    let metrics = w.metrics.stream(StreamKind::Events);
+    let _wanted = Counted::new(&metrics.wanted);
     let mut backoff = Backoff::default();
     // Store events sent and not yet confirmed, by EventID.
     let mut pending: HashMap<String, Item> = HashMap::new();
     let mut dropped = 0u64;
     let key = |i: &Item| string_of(&i.msg.id);
     loop {
+        metrics.unconfirmed.set(pending.len() as f64);
         let (tx, rx) = mpsc::channel(STREAM_WINDOW);
         let mut responses = match w.client.clone().send_events_stream(Outbound(rx)).await {
             Ok(r) => r.into_inner(),
             Err(e) => {
-                tracing::warn!(core = w.core, error = %e, "array unreachable (events stream); retrying");
-                if !wait_reconnect(&w, "events-store publish", &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+                metrics.reconnects.increment(1);
+                let refused = super::refused(&e);
+                tracing::warn!(core = w.core, error = %e, refused, "array unreachable (events stream); retrying");
+                if !wait_reconnect(&w, "events-store publish", refused, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
                     return;
                 }
                 continue;
             }
         };
         backoff.reset();
+        let connected = Counted::new(&metrics.connected);
         let mut broken = false;
         for item in pending.values() {
             if tx.send(event_of(&w, item)).await.is_err() {
@@ -189,11 +200,14 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
                     }
                     Ok(None) | Err(_) => broken = true,
                 },
-                _ = sweep.tick() => give_up(&w, &mut pending, "events-store publish"),
+                _ = sweep.tick() => give_up(&w, &mut pending, "events-store publish", false),
             }
+            metrics.unconfirmed.set(pending.len() as f64);
         }
+        drop(connected);
+        metrics.reconnects.increment(1);
         tracing::warn!(core = w.core, unconfirmed = pending.len(), dropped, "events stream to the array broke; reconnecting");
-        if !wait_reconnect(&w, "events-store publish", &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+        if !wait_reconnect(&w, "events-store publish", false, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
             return;
         }
     }
@@ -214,6 +228,8 @@ fn upstream_of(w: &Worker, request_id: &str, item: &Item) -> pb::QueuesUpstreamR
 }
 
 async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
+    let metrics = w.metrics.stream(StreamKind::Queues);
+    let _wanted = Counted::new(&metrics.wanted);
     let mut backoff = Backoff::default();
     // Sent and not yet confirmed, by RequestID (the message id is the client's and may repeat).
     let mut pending: HashMap<String, Item> = HashMap::new();
@@ -225,18 +241,22 @@ async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
     };
     let key = |i: &Item| format!("r{}", string_of(&i.msg.id));
     loop {
+        metrics.unconfirmed.set(pending.len() as f64);
         let (tx, rx) = mpsc::channel(STREAM_WINDOW);
         let mut responses = match w.client.clone().queues_upstream(Outbound(rx)).await {
             Ok(r) => r.into_inner(),
             Err(e) => {
-                tracing::warn!(core = w.core, error = %e, "array unreachable (queue upstream); retrying");
-                if !wait_reconnect(&w, "queue send", &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+                metrics.reconnects.increment(1);
+                let refused = super::refused(&e);
+                tracing::warn!(core = w.core, error = %e, refused, "array unreachable (queue upstream); retrying");
+                if !wait_reconnect(&w, "queue send", refused, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
                     return;
                 }
                 continue;
             }
         };
         backoff.reset();
+        let connected = Counted::new(&metrics.connected);
         let mut broken = false;
         for (id, item) in &pending {
             if tx.send(upstream_of(&w, id, item)).await.is_err() {
@@ -269,11 +289,14 @@ async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
                     }
                     Ok(None) | Err(_) => broken = true,
                 },
-                _ = sweep.tick() => give_up(&w, &mut pending, "queue send"),
+                _ = sweep.tick() => give_up(&w, &mut pending, "queue send", false),
             }
+            metrics.unconfirmed.set(pending.len() as f64);
         }
+        drop(connected);
+        metrics.reconnects.increment(1);
         tracing::warn!(core = w.core, unconfirmed = pending.len(), "queue upstream to the array broke; reconnecting");
-        if !wait_reconnect(&w, "queue send", &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
+        if !wait_reconnect(&w, "queue send", false, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
             return;
         }
     }

@@ -30,7 +30,13 @@ pub fn request(w: Rc<Worker>, req: RpcRequest) {
         let call = client.send_request(request);
         let outcome = match tokio::time::timeout(Duration::from_millis(req.timeout_ms) + VERDICT_GRACE, call).await {
             Ok(Ok(r)) => crate::grpc::convert::outcome_of_response(r.into_inner()),
-            Ok(Err(status)) => outcome_of(&status),
+            Ok(Err(status)) => {
+                let outcome = outcome_of(&status);
+                if matches!(outcome, RpcOutcome::Unavailable) {
+                    w.metrics.rpc_unavailable.increment(1);
+                }
+                outcome
+            }
             Err(_) => RpcOutcome::Timeout,
         };
         let reply = CoreMsg::RpcReply { reply_to: req.reply_to, pattern: req.pattern, correlation_id: req.correlation_id.clone(), outcome: Box::new(outcome) };

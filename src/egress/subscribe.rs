@@ -12,6 +12,7 @@ use crate::grpc::convert::{bytes_of, channel_of, tags_from_map};
 use crate::grpc::pb;
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::runtime::msg::{CoreMsg, StartAt, SubRef, Ticket};
+use crate::telemetry::Counted;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -134,6 +135,8 @@ fn message_of(ev: pb::EventReceive) -> Arc<Message> {
 }
 
 async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
+    let metrics = w.metrics.stream(crate::telemetry::Stream::Subscribe);
+    let _wanted = Counted::new(&metrics.wanted);
     let store = key.pattern == Pattern::EventsStore;
     let subscribed_at = now_unix_ns();
     let mut last_seq = 0u64;
@@ -166,6 +169,7 @@ async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
                     w.done(Some(t));
                 }
                 tracing::debug!(core = w.core, channel = %key.channel, "subscribed at the array");
+                let _connected = Counted::new(&metrics.connected);
                 let mut stream = response.into_inner();
                 while let Ok(Some(ev)) = stream.message().await {
                     if store {
@@ -173,11 +177,20 @@ async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
                     }
                     deliver(&w, &key, &members, message_of(ev));
                 }
+                metrics.reconnects.increment(1);
                 tracing::warn!(core = w.core, channel = %key.channel, "subscription stream to the array broke; resubscribing");
             }
             Err(e) => {
                 mark_attempted(&mut backoff);
-                tracing::warn!(core = w.core, channel = %key.channel, error = %e, "cannot subscribe at the array; retrying");
+                metrics.reconnects.increment(1);
+                let refused = super::refused(&e);
+                tracing::warn!(core = w.core, channel = %key.channel, error = %e, refused, "cannot subscribe at the array; retrying");
+                if refused {
+                    // A SUBSCRIBE receipt must not hang on credentials the array refuses.
+                    for t in members.waiting.borrow_mut().drain(..) {
+                        w.failed(Some(t));
+                    }
+                }
             }
         }
         members.established.set(false);

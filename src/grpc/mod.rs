@@ -61,11 +61,68 @@ pub fn start(addr: SocketAddr, threads: usize, array: ArrayHandle) -> std::io::R
     start_with(addr, threads, array, Limits::default())
 }
 
+/// How the listener is secured: TLS (PEM certificate chain and key) and a required token.
+#[derive(Clone, Default)]
+pub struct Security {
+    pub tls: Option<tonic::transport::Identity>,
+    pub token: Option<String>,
+}
+
+impl Security {
+    /// From the gateway settings; reads the PEM files.
+    ///
+    /// # Errors
+    /// A certificate or key file cannot be read, or they do not make a usable TLS identity.
+    pub fn from_config(tls: Option<&crate::config::ServerTls>, token: Option<&str>) -> Result<Security, String> {
+        let tls = match tls {
+            Some(t) => {
+                let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+                let identity = tonic::transport::Identity::from_pem(read(&t.cert_file)?, read(&t.key_file)?);
+                // Fail at start-up, not on the first handshake.
+                tonic::transport::Server::builder()
+                    .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity.clone()))
+                    .map_err(|e| format!("unusable gRPC TLS certificate or key: {e}"))?;
+                Some(identity)
+            }
+            None => None,
+        };
+        Ok(Security { tls, token: token.map(str::to_string) })
+    }
+}
+
+/// Refuses calls without the configured token (KubeMQ's `authorization` metadata, as is).
+#[derive(Clone)]
+struct RequireToken(Option<std::sync::Arc<str>>);
+
+impl tonic::service::Interceptor for RequireToken {
+    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let Some(expected) = &self.0 else { return Ok(req) };
+        match req.metadata().get("authorization").map(|v| v.as_bytes()) {
+            Some(given) if constant_time_eq(given, expected.as_bytes()) => Ok(req),
+            Some(_) => Err(tonic::Status::unauthenticated("invalid authorization token")),
+            None => Err(tonic::Status::unauthenticated("missing authorization token")),
+        }
+    }
+}
+
+/// Compares without an early exit, so response timing does not reveal a token's prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// [`start`] with explicit limits.
 ///
 /// # Errors
 /// As [`start`].
 pub fn start_with(addr: SocketAddr, threads: usize, array: ArrayHandle, limits: Limits) -> std::io::Result<GrpcServer> {
+    start_secured(addr, threads, array, limits, Security::default())
+}
+
+/// [`start_with`] behind TLS and/or a required token.
+///
+/// # Errors
+/// As [`start`]; also an unusable certificate or key.
+pub fn start_secured(addr: SocketAddr, threads: usize, array: ArrayHandle, limits: Limits, security: Security) -> std::io::Result<GrpcServer> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let local_addr = listener.local_addr()?;
@@ -81,7 +138,7 @@ pub fn start_with(addr: SocketAddr, threads: usize, array: ArrayHandle, limits: 
     };
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let thread = std::thread::Builder::new().name("stompgate-grpc".into()).spawn(move || {
-        runtime.block_on(serve(listener, array, limits, stop_rx));
+        runtime.block_on(serve(listener, array, limits, security, stop_rx));
         // Whatever the grace period abandoned (a stuck handler) must not hold up the join.
         runtime.shutdown_timeout(Duration::from_millis(500));
     })?;
@@ -120,7 +177,7 @@ impl Drop for GrpcServer {
 
 /// Serves until `stop_rx` fires (or its sender is dropped), then drains for at most
 /// [`SHUTDOWN_GRACE`].
-async fn serve(listener: tokio::net::TcpListener, array: ArrayHandle, limits: Limits, stop_rx: oneshot::Receiver<()>) {
+async fn serve(listener: tokio::net::TcpListener, array: ArrayHandle, limits: Limits, security: Security, stop_rx: oneshot::Receiver<()>) {
     let incoming = match tonic::transport::server::TcpIncoming::from_listener(listener, true, None) {
         Ok(incoming) => incoming,
         Err(e) => {
@@ -131,6 +188,17 @@ async fn serve(listener: tokio::net::TcpListener, array: ArrayHandle, limits: Li
     let svc = pb::kubemq_server::KubemqServer::new(service::KubemqService::new(array, limits))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let svc = tonic::service::interceptor::InterceptedService::new(svc, RequireToken(security.token.map(Into::into)));
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(identity) = security.tls {
+        builder = match builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity)) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(error = %e, "kubemq gRPC TLS setup failed");
+                return;
+            }
+        };
+    }
     // The stop signal is awaited once, by tonic; `grace_rx` tells the deadline it has started.
     let (grace_tx, grace_rx) = oneshot::channel::<()>();
     let signal = async move {
@@ -138,7 +206,7 @@ async fn serve(listener: tokio::net::TcpListener, array: ArrayHandle, limits: Li
         let _ = grace_tx.send(());
     };
     let server = async {
-        if let Err(e) = tonic::transport::Server::builder().add_service(svc).serve_with_incoming_shutdown(incoming, signal).await {
+        if let Err(e) = builder.add_service(svc).serve_with_incoming_shutdown(incoming, signal).await {
             tracing::error!(error = %e, "kubemq gRPC server failed");
         }
     };

@@ -59,6 +59,8 @@ pub struct Core {
     pub cfg: Arc<Config>,
     pub shared: Arc<Shared>,
     pub metrics: Metrics,
+    /// The exporter's view of `metrics`, refreshed on each tick.
+    telemetry: crate::telemetry::CoreMetrics,
     pub started: Instant,
     senders: Senders<CoreMsg>,
     /// Per peer: messages that found the ring full, in order; a flusher task drains them.
@@ -92,6 +94,7 @@ impl Core {
             cfg,
             shared,
             metrics: Metrics::default(),
+            telemetry: crate::telemetry::CoreMetrics::new(id),
             started: Instant::now(),
             senders,
             overflow: RefCell::new((0..cores).map(|_| VecDeque::new()).collect()),
@@ -398,6 +401,7 @@ impl Core {
 
     /// Periodic work: queue ack timeouts, RPC timeouts, heart-beats.
     pub fn tick(self: &Rc<Self>) {
+        self.publish_metrics();
         let now = Instant::now();
         let mut out = Outbox::new();
         {
@@ -411,6 +415,18 @@ impl Core {
             conn.tick(self, now);
         }
         self.drain_local();
+    }
+
+    /// Copies the counters to the metrics exporter (a no-op without `--metrics-addr`).
+    fn publish_metrics(&self) {
+        let (m, t) = (&self.metrics, &self.telemetry);
+        t.connections_accepted.absolute(m.connections_accepted.get());
+        t.connections_open.set(self.conns.borrow().len() as f64);
+        t.frames_in.absolute(m.frames_in.get());
+        t.messages_delivered.absolute(m.messages_delivered.get());
+        t.deliveries_dropped.absolute(m.deliveries_dropped.get());
+        t.mesh_events_dropped.absolute(m.mesh_events_dropped.get());
+        t.headers_dropped.absolute(m.headers_dropped.get());
     }
 
     /// A parked delivery that carried `ticket` was written or dropped: confirm once the last

@@ -11,13 +11,17 @@ What this pins (issue "Remote array mode"):
   Delivered afterwards: exactly the K + N3, once each. Lost: exactly the M that A held, because
   the embedded array keeps queues in memory (no persistence yet) — asserted, not hidden.
 - No process panics, and both exit 0 on SIGTERM at the end.
+- B's metrics (`--metrics-addr`) show its egress state per core: streams connected before the
+  kill, none connected and reconnects counting during the outage, connected again after.
 
 It starts its own pair (A's gRPC port must survive the restart), so it runs the same way in
 both interop modes.
 """
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 
 import grpc
 from kubemq.grpc import kubemq_pb2 as pb
@@ -39,6 +43,31 @@ def peek_count(grpc_port: int, channel: str) -> int:
             WaitTimeSeconds=1, IsPeak=True), timeout=5)
         assert not r.IsError, r.Error
         return len(r.Messages)
+
+
+METRIC_LINE = re.compile(r'^(\w+)(?:\{(.*)\})? (\S+)$')
+
+
+def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
+    """B's Prometheus exposition as (name, labels, value) samples."""
+    with urllib.request.urlopen(f"http://{HOST}:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    samples = []
+    for line in text.splitlines():
+        m = METRIC_LINE.match(line)
+        if m and not line.startswith("#"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+            samples.append((m.group(1), labels, float(m.group(3))))
+    return samples
+
+
+def metric(port: int, name: str, **labels: str) -> float:
+    """Sum of `name` over every core (and other labels not given)."""
+    return sum(v for n, l, v in scrape(port) if n == name and all(l.get(k) == x for k, x in labels.items()))
+
+
+def per_core(port: int, name: str, **labels: str) -> dict[str, float]:
+    return {l["core"]: v for n, l, v in scrape(port) if n == name and all(l.get(k) == x for k, x in labels.items())}
 
 
 def wait_until(pred, timeout: float, what: str) -> None:
@@ -63,7 +92,8 @@ def test_array_killed_and_restarted_exact_accounting():
     a2 = None
     try:
         wait_until(lambda: _accepts_tcp(gport), 10, "A's gRPC port accepts")
-        b = _start_one(["--array", f"grpc://{HOST}:{gport}"])
+        mport = free_port()
+        b = _start_one(["--array", f"grpc://{HOST}:{gport}", "--metrics-addr", f"{HOST}:{mport}"])
         name = uniq("fault")
         queue = f"/queue/{name}"
         topic = f"/topic/{name}/ev"
@@ -89,6 +119,16 @@ def test_array_killed_and_restarted_exact_accounting():
             producer.send(queue, f"held-{i}".encode(), receipt=f"held-{i}")
         assert peek_count(gport, name) == M
 
+        # B's egress state before the kill: every stream it wants is connected, on each core
+        # that has work (the cores' counters are copied every 100 ms).
+        wait_until(lambda: metric(mport, "stompgate_connections_open") >= 2, 5, "open connections counted")
+        for stream in ("subscribe", "queues"):
+            wanted = metric(mport, "stompgate_egress_streams_wanted", stream=stream)
+            assert wanted >= 1, (stream, scrape(mport))
+            assert metric(mport, "stompgate_egress_streams_connected", stream=stream) == wanted, stream
+        assert set(per_core(mport, "stompgate_egress_streams_connected", stream="queues")) == {"0", "1"}
+        reconnects_before = metric(mport, "stompgate_egress_reconnects_total")
+
         # The kill.
         a.proc.kill()
         a.proc.wait(timeout=5)
@@ -100,6 +140,11 @@ def test_array_killed_and_restarted_exact_accounting():
         early = [r for r in producer.listener.receipts if r.startswith("out-")]
         assert early == [], f"RECEIPTs while the array was down: {early}"
         assert producer.listener.errors == [], producer.error_summaries()
+        # During the outage the metrics say so: nothing connected, reconnects counting, and the
+        # K SENDs waiting unconfirmed.
+        wait_until(lambda: metric(mport, "stompgate_egress_streams_connected") == 0, 10, "no stream connected")
+        assert metric(mport, "stompgate_egress_reconnects_total") > reconnects_before
+        wait_until(lambda: metric(mport, "stompgate_egress_unconfirmed", stream="queues") == K, 5, "K unconfirmed")
 
         # Restart A on the same gRPC port; B finds it by itself.
         a2 = _start_one(["--grpc-addr", f"{HOST}:{gport}"])
@@ -112,6 +157,9 @@ def test_array_killed_and_restarted_exact_accounting():
             time.sleep(0.2)
             return any(m.body == b"after-restart" for m in watcher.messages(ev_sub))
         wait_until(event_arrives, RECOVERY_S, "the events subscription delivers after the restart")
+        assert metric(mport, "stompgate_egress_unconfirmed", stream="queues") == 0
+        assert metric(mport, "stompgate_egress_streams_connected", stream="subscribe") >= 1
+        assert metric(mport, "stompgate_egress_failed_total") == 0
 
         # Phase 3: N3 more, then one consumer drains the queue.
         for i in range(N3):

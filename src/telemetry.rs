@@ -1,0 +1,140 @@
+//! Prometheus metrics (`--metrics-addr IP:PORT`, off by default): per-core gateway counters and,
+//! in remote-array mode, each core's egress state. Scrape `http://IP:PORT/metrics`.
+//!
+//! Every metric carries a `core` label. The cores keep their counters in plain `Cell`s (no
+//! atomics on the hot path) and copy them to the exporter on their 100 ms housekeeping tick;
+//! the egress threads update theirs as things happen (connects, breaks, confirmations), which
+//! is far from the per-message path. Without `--metrics-addr` no recorder is installed and
+//! every handle below is a no-op.
+use metrics::{counter, gauge, Counter, Gauge};
+use std::net::SocketAddr;
+
+/// Starts the HTTP exporter (on its own thread) and installs it as the process's recorder.
+/// Must run before the cores and egress threads take their handles.
+///
+/// # Errors
+/// The listener cannot be bound, or a recorder is already installed.
+pub fn install(addr: SocketAddr) -> Result<(), String> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
+}
+
+/// A core's counters, published from its `Metrics` cells on each tick.
+pub struct CoreMetrics {
+    pub connections_accepted: Counter,
+    pub connections_open: Gauge,
+    pub frames_in: Counter,
+    pub messages_delivered: Counter,
+    pub deliveries_dropped: Counter,
+    pub mesh_events_dropped: Counter,
+    pub headers_dropped: Counter,
+}
+
+impl CoreMetrics {
+    pub fn new(core: usize) -> CoreMetrics {
+        let core = core.to_string();
+        CoreMetrics {
+            connections_accepted: counter!("stompgate_connections_accepted_total", "core" => core.clone()),
+            connections_open: gauge!("stompgate_connections_open", "core" => core.clone()),
+            frames_in: counter!("stompgate_frames_in_total", "core" => core.clone()),
+            messages_delivered: counter!("stompgate_messages_delivered_total", "core" => core.clone()),
+            deliveries_dropped: counter!("stompgate_deliveries_dropped_total", "core" => core.clone()),
+            mesh_events_dropped: counter!("stompgate_mesh_events_dropped_total", "core" => core.clone()),
+            headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core),
+        }
+    }
+}
+
+/// The kinds of stream an egress keeps to the array (the `stream` label).
+#[derive(Clone, Copy)]
+pub enum Stream {
+    /// The core's `SendEventsStream`.
+    Events,
+    /// The core's `QueuesUpstream`.
+    Queues,
+    /// `SubscribeToEvents`, one per shared subscription.
+    Subscribe,
+    /// `QueuesDownstream`, one per queue subscription.
+    Consume,
+}
+
+impl Stream {
+    const ALL: [Stream; 4] = [Stream::Events, Stream::Queues, Stream::Subscribe, Stream::Consume];
+
+    fn label(self) -> &'static str {
+        match self {
+            Stream::Events => "events",
+            Stream::Queues => "queues",
+            Stream::Subscribe => "subscribe",
+            Stream::Consume => "consume",
+        }
+    }
+}
+
+/// One kind of stream of one egress.
+pub struct StreamMetrics {
+    /// Streams of this kind the core wants open.
+    pub wanted: Gauge,
+    /// Streams of this kind established now.
+    pub connected: Gauge,
+    /// Failed opens and breaks.
+    pub reconnects: Counter,
+    /// Queue SENDs or store publishes sent on it and not yet confirmed (events and queues).
+    pub unconfirmed: Gauge,
+}
+
+/// One core's egress state.
+pub struct EgressMetrics {
+    streams: [StreamMetrics; 4],
+    /// Work failed for good: never confirmed within the give-up time, refused by the array, or
+    /// the array refused our credentials.
+    pub failed: Counter,
+    /// Plain events dropped because the events stream was down.
+    pub events_dropped: Counter,
+    /// Commands and queries that got no answer from the array (unreachable or an error).
+    pub rpc_unavailable: Counter,
+}
+
+impl EgressMetrics {
+    pub fn new(core: usize) -> EgressMetrics {
+        let core = core.to_string();
+        let stream = |s: Stream| {
+            let labels = [("core", core.clone()), ("stream", s.label().to_string())];
+            StreamMetrics {
+                wanted: gauge!("stompgate_egress_streams_wanted", &labels),
+                connected: gauge!("stompgate_egress_streams_connected", &labels),
+                reconnects: counter!("stompgate_egress_reconnects_total", &labels),
+                unconfirmed: gauge!("stompgate_egress_unconfirmed", &labels),
+            }
+        };
+        EgressMetrics {
+            streams: Stream::ALL.map(stream),
+            failed: counter!("stompgate_egress_failed_total", "core" => core.clone()),
+            events_dropped: counter!("stompgate_egress_events_dropped_total", "core" => core.clone()),
+            rpc_unavailable: counter!("stompgate_egress_rpc_unavailable_total", "core" => core),
+        }
+    }
+
+    pub fn stream(&self, s: Stream) -> &StreamMetrics {
+        &self.streams[s as usize]
+    }
+}
+
+/// Counts one in a gauge for as long as it lives: a stream that is wanted or connected, whether
+/// its task ends normally, breaks, or is aborted.
+pub struct Counted(Gauge);
+
+impl Counted {
+    pub fn new(gauge: &Gauge) -> Counted {
+        gauge.increment(1.0);
+        Counted(gauge.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
