@@ -280,3 +280,45 @@ fn slow_subscriber_loses_deliveries_but_stays_connected_and_others_get_all() {
     assert_eq!(bodies(&slow.read_messages(1)), ["after"]);
     assert_eq!(bodies(&fast.read_messages(1)), ["after"]);
 }
+
+#[test]
+fn a_subscriber_that_pauses_within_the_grace_paces_a_receipted_publisher_and_loses_nothing() {
+    // The subscriber stops reading for 1.2 s (under the 2 s grace) while a publisher with a
+    // RECEIPT every 100 runs: the publisher is held back instead of the excess being dropped.
+    // Through a remote array this needs the whole chain to pace: the gateway's core, its
+    // egress reading the array's stream, the array's subscriber sink and its publisher stream.
+    const N: usize = 8000;
+    let server = TestServer::start();
+    let t = topic();
+    let mut sub = server.connected();
+    sub.subscribe_sync("s", &t, &[]);
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let publisher = {
+        let (addr, t, sent) = (server.addr, t.clone(), sent.clone());
+        std::thread::spawn(move || {
+            let mut p = common::Client::open(addr);
+            assert_eq!(p.connect("1.2").command, "CONNECTED");
+            for i in 0..N {
+                let mut body = format!("{i:06}").into_bytes();
+                body.resize(4096, b'x');
+                if i % 100 == 99 {
+                    p.send("SEND", &[("destination", &t), ("receipt", &format!("r{i}"))], &body);
+                    let f = p.frame_within(Duration::from_secs(30)).expect("RECEIPT");
+                    assert_eq!(f.command, "RECEIPT", "{f:?}");
+                } else {
+                    p.publish(&t, &body);
+                }
+                sent.store(i + 1, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1200));
+    let held_at = sent.load(std::sync::atomic::Ordering::SeqCst);
+    for next in 0..N {
+        let f = sub.frame_within(Duration::from_secs(10)).unwrap_or_else(|| panic!("message {next} never came"));
+        let i: usize = std::str::from_utf8(&f.body[..6]).unwrap().parse().unwrap();
+        assert_eq!(i, next, "message {next} lost (the publisher was at {held_at} when reading resumed)");
+    }
+    publisher.join().unwrap();
+    assert!(held_at < N, "the publisher was not held back by the paused subscriber");
+}

@@ -167,6 +167,8 @@ pub struct Worker {
     /// This gateway's ClientID towards the array (`stompgate-<host>-<core>`).
     pub client_id: String,
     pub metrics: crate::telemetry::EgressMetrics,
+    /// Confirms deliveries handed to the core, to pace subscription streams (see [`subscribe`]).
+    pub confirmer: std::sync::Arc<crate::grpc::bridge::Confirmer>,
     publisher: publish::Publisher,
     subscriptions: subscribe::Subscriptions,
     consumers: consume::Consumers,
@@ -179,6 +181,7 @@ impl Worker {
             core,
             client_id: format!("stompgate-{host}-{core}"),
             metrics: crate::telemetry::EgressMetrics::new(core),
+            confirmer: crate::grpc::bridge::Confirmer::attach(&back, [core]),
             publisher: publish::Publisher::new(me.clone()),
             subscriptions: subscribe::Subscriptions::new(me.clone()),
             consumers: consume::Consumers::new(me.clone()),

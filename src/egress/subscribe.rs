@@ -5,19 +5,30 @@
 //! every member, or for a group to one member in turn (the array already chose this gateway
 //! for that copy). Events-Store subscriptions each keep their own stream, since each has its
 //! own start position; after a reconnect one resumes at the sequence after the last it
-//! delivered (or, if it delivered nothing yet, from the time it subscribed).
+//! delivered (or, if it delivered nothing yet, from the time it subscribed). Deliveries into
+//! the core are paced by confirmations (see [`PACE_WINDOW`]).
 use super::backoff::Backoff;
 use super::Worker;
 use crate::grpc::convert::{bytes_of, channel_of, tags_from_map};
 use crate::grpc::pb;
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::runtime::msg::{CoreMsg, StartAt, SubRef, Ticket};
+use crate::grpc::bridge::Confirmation;
 use crate::telemetry::Counted;
+use std::collections::VecDeque;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
+
+/// One delivery in this many carries a confirmation...
+const PACE_EVERY: u64 = 16;
+/// ...and with this many outstanding the stream stops reading from the array until the oldest
+/// is confirmed. So a core whose STOMP subscribers are slow reads the array's stream only as
+/// fast as they take messages: the array parks (and paces its publishers) instead of this core
+/// queueing without bound and dropping after the 2 s grace.
+const PACE_WINDOW: usize = 8;
 
 /// What one array stream serves. Store subscriptions carry a unique number (never shared).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -171,11 +182,19 @@ async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
                 tracing::debug!(core = w.core, channel = %key.channel, "subscribed at the array");
                 let _connected = Counted::new(&metrics.connected);
                 let mut stream = response.into_inner();
+                let mut paced: VecDeque<Confirmation> = VecDeque::new();
+                let mut delivered = 0u64;
                 while let Ok(Some(ev)) = stream.message().await {
                     if store {
                         last_seq = last_seq.max(ev.sequence);
                     }
-                    deliver(&w, &key, &members, message_of(ev));
+                    delivered += 1;
+                    if let Some(confirmation) = deliver(&w, &key, &members, message_of(ev), delivered % PACE_EVERY == 0) {
+                        paced.push_back(confirmation);
+                        if paced.len() > PACE_WINDOW {
+                            let _ = paced.pop_front().expect("not empty").wait().await;
+                        }
+                    }
                 }
                 metrics.reconnects.increment(1);
                 tracing::warn!(core = w.core, channel = %key.channel, "subscription stream to the array broke; resubscribing");
@@ -208,10 +227,12 @@ fn mark_attempted(b: &mut Backoff) {
     b.attempted = true;
 }
 
-fn deliver(w: &Worker, key: &Key, members: &Members, msg: Arc<Message>) {
+/// Hands `msg` to the core for its local members; when `paced`, with a ticket whose
+/// confirmation comes once every member took it (or dropped it after parking 2 s).
+fn deliver(w: &Worker, key: &Key, members: &Members, msg: Arc<Message>, paced: bool) -> Option<Confirmation> {
     let subs = members.subs.borrow();
     if subs.is_empty() {
-        return;
+        return None;
     }
     let chosen: Vec<SubRef> = if key.group.is_some() {
         let i = members.turn.get() % subs.len();
@@ -220,5 +241,10 @@ fn deliver(w: &Worker, key: &Key, members: &Members, msg: Arc<Message>) {
     } else {
         subs.clone()
     };
-    w.back.send(w.core, CoreMsg::Deliver { pattern: key.pattern, msg, subs: chosen, done: None });
+    let pattern = key.pattern;
+    if paced {
+        return Some(w.confirmer.send(&w.back, w.core, |t| CoreMsg::Deliver { pattern, msg, subs: chosen, done: Some(t) }));
+    }
+    w.back.send(w.core, CoreMsg::Deliver { pattern, msg, subs: chosen, done: None });
+    None
 }

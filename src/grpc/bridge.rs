@@ -63,11 +63,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 impl Bridge {
     /// Attaches the confirmer on every core.
     pub fn new(array: ArrayHandle, limits: Limits) -> Arc<Bridge> {
-        let confirmer = Arc::new(Confirmer { conn: next_external_conn(), waiting: Default::default(), next_token: AtomicU64::new(0) });
-        for core in 0..array.cores() {
-            let sink: Arc<dyn ExternalSink> = confirmer.clone();
-            array.send(core, CoreMsg::AttachSink { conn: confirmer.conn, sink });
-        }
+        let confirmer = Confirmer::attach(&array, 0..array.cores());
         Arc::new(Bridge { array, limits, declared: Default::default(), transactions: Default::default(), confirmer })
     }
 
@@ -94,14 +90,7 @@ impl Bridge {
     /// Sends now and returns the confirmation to wait for later, so several operations can be
     /// in flight at once.
     pub fn send_confirmed(&self, core: CoreId, build: impl FnOnce(Ticket) -> CoreMsg) -> Confirmation {
-        let (ticket, rx) = self.confirmer.issue(core);
-        let rx = if self.array.send(core, build(ticket)) {
-            Some(rx)
-        } else {
-            self.confirmer.forget(ticket.token);
-            None
-        };
-        Confirmation { confirmer: Arc::clone(&self.confirmer), token: ticket.token, rx }
+        self.confirmer.send(&self.array, core, build)
     }
 
     /// Waits until `core` has handled everything sent to it from here before.
@@ -130,8 +119,9 @@ impl Confirmation {
 }
 
 /// Resolves waiting operations when their `Done`s arrive. A ticket may be answered by several
-/// `Done`s (an events publish: the owner's says how many more follow).
-struct Confirmer {
+/// `Done`s (an events publish: the owner's says how many more follow). Used by the gRPC API and
+/// by the remote-array egress (to pace its deliveries into a core).
+pub struct Confirmer {
     /// The connection id it is attached under on every core.
     conn: ConnId,
     waiting: Mutex<HashMap<u64, (u32, oneshot::Sender<()>)>>,
@@ -139,6 +129,29 @@ struct Confirmer {
 }
 
 impl Confirmer {
+    /// A new confirmer attached to `cores` under its own connection id.
+    pub fn attach(array: &ArrayHandle, cores: impl IntoIterator<Item = CoreId>) -> Arc<Confirmer> {
+        let confirmer = Arc::new(Confirmer { conn: next_external_conn(), waiting: Default::default(), next_token: AtomicU64::new(0) });
+        for core in cores {
+            let sink: Arc<dyn ExternalSink> = confirmer.clone();
+            array.send(core, CoreMsg::AttachSink { conn: confirmer.conn, sink });
+        }
+        confirmer
+    }
+
+    /// Sends the operation `build` makes around a ticket of this confirmer to `core`; returns
+    /// the confirmation to await.
+    pub fn send(self: &Arc<Self>, array: &ArrayHandle, core: CoreId, build: impl FnOnce(Ticket) -> CoreMsg) -> Confirmation {
+        let (ticket, rx) = self.issue(core);
+        let rx = if array.send(core, build(ticket)) {
+            Some(rx)
+        } else {
+            self.forget(ticket.token);
+            None
+        };
+        Confirmation { confirmer: Arc::clone(self), token: ticket.token, rx }
+    }
+
     fn issue(&self, core: CoreId) -> (Ticket, oneshot::Receiver<()>) {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();

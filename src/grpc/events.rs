@@ -3,14 +3,20 @@
 //! A gRPC subscriber is an [`EventSink`] attached to a core like a STOMP connection: the owner of
 //! its channel (any core for a wildcard filter) hosts it, and the array delivers to its
 //! `SubRef` exactly as to a STOMP subscription. The sink's buffer holds
-//! `Limits::subscriber_buffer` messages; a delivery that finds it full is dropped and counted
-//! (KubeMQ's slow-consumer rule; events are at-most-once).
+//! `Limits::subscriber_buffer` messages; a delivery that finds it full parks (holding its
+//! publisher's confirmation) for up to 2 s, then is dropped and counted (KubeMQ's
+//! slow-consumer rule; events are at-most-once).
 use super::bridge::{Bridge, Confirmation, OnDrop};
 use super::convert::{self, Incoming};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::model::{now_unix_ns, Message, Pattern};
-use crate::runtime::msg::{CoreMsg, ExternalSink, StartAt, SubRef};
+use crate::runtime::handle::ArrayHandle;
+use crate::runtime::msg::{CoreId, CoreMsg, ExternalSink, StartAt, SubRef, Ticket};
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,11 +39,12 @@ fn prepare(b: &Bridge, ev: pb::Event) -> Result<(Pattern, Arc<Message>), validat
     Ok((pattern, msg))
 }
 
-/// Sends an event to its owner. An Events-Store event comes back with the confirmation to
-/// wait for (stored and handed to the live subscribers); a plain event is fire-and-forget.
-fn start(b: &Bridge, pattern: Pattern, msg: Arc<Message>) -> Option<Confirmation> {
+/// Sends an event to its owner. An Events-Store event (or a plain one when `paced`) comes back
+/// with the confirmation to wait for: stored, and taken or parked-then-settled by every live
+/// subscriber. A plain event is otherwise fire-and-forget.
+fn start(b: &Bridge, pattern: Pattern, msg: Arc<Message>, paced: bool) -> Option<Confirmation> {
     let owner = b.owner_of(pattern, &msg.channel);
-    if pattern == Pattern::EventsStore {
+    if pattern == Pattern::EventsStore || paced {
         Some(b.send_confirmed(owner, |t| CoreMsg::Publish { pattern, msg, done: Some(t) }))
     } else {
         b.array.send(owner, CoreMsg::Publish { pattern, msg, done: None });
@@ -50,7 +57,7 @@ const UNCONFIRMED: validate::Invalid = validate::Invalid::new(130, "events store
 pub async fn send_event(b: &Bridge, ev: pb::Event) -> Result<pb::Result, Status> {
     let (pattern, msg) = prepare(b, ev)?;
     let event_id = convert::string_of(&msg.id);
-    let confirmed = match start(b, pattern, msg) {
+    let confirmed = match start(b, pattern, msg, false) {
         Some(confirmation) => confirmation.wait().await,
         None => true,
     };
@@ -64,9 +71,19 @@ pub async fn send_event(b: &Bridge, ev: pb::Event) -> Result<pb::Result, Status>
 /// `SendEventsStream`: a `Result` for every Events-Store event (once stored) and for every
 /// failed event, in order. Pipelined: a reader sends each event on as it arrives; a writer
 /// answers store events as their confirmations come in.
+///
+/// Plain events get no answer, but the reader is paced by them: every [`PACE_EVERY`]th is sent
+/// with a confirmation, and with [`PACE_WINDOW`] of those outstanding the reader waits for the
+/// oldest. So a publisher stream (a remote-array gateway's, above all) slows to what the
+/// subscribers take, through HTTP/2 flow control, instead of outrunning them into drops.
 pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>) -> BoxStream<pb::Result> {
     /// Answers owed and not yet written (bounds what one stream has in flight).
     const WINDOW: usize = 1024;
+    /// One plain event in this many carries a confirmation...
+    const PACE_EVERY: u64 = 16;
+    /// ...and at most this many such confirmations are outstanding (so about
+    /// `PACE_EVERY * PACE_WINDOW` plain events are in flight per stream).
+    const PACE_WINDOW: usize = 8;
     enum Owed {
         Stored(String, Confirmation),
         Failed(pb::Result),
@@ -74,15 +91,28 @@ pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>) -> 
     let (tx, rx) = mpsc::channel::<pb::Result>(256);
     let (owed_tx, mut owed) = mpsc::channel::<Owed>(WINDOW);
     tokio::spawn(async move {
+        let mut plain = 0u64;
+        let mut paced: VecDeque<Confirmation> = VecDeque::new();
         while let Ok(Some(ev)) = inbound.message().await {
             let event_id = ev.event_id.clone();
             let next = match prepare(&b, ev) {
-                Ok((pattern, msg)) => {
+                Ok((Pattern::EventsStore, msg)) => {
                     let id = convert::string_of(&msg.id);
-                    match start(&b, pattern, msg) {
+                    match start(&b, Pattern::EventsStore, msg, false) {
                         Some(confirmation) => Owed::Stored(id, confirmation),
                         None => continue,
                     }
+                }
+                Ok((pattern, msg)) => {
+                    plain += 1;
+                    if let Some(confirmation) = start(&b, pattern, msg, plain % PACE_EVERY == 0) {
+                        paced.push_back(confirmation);
+                        if paced.len() > PACE_WINDOW {
+                            // Unconfirmed only when the array is going away.
+                            let _ = paced.pop_front().expect("not empty").wait().await;
+                        }
+                    }
+                    continue;
                 }
                 Err(e) => Owed::Failed(pb::Result { event_id, sent: false, error: e.message() }),
             };
@@ -108,20 +138,149 @@ pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>) -> 
     Box::pin(ChannelStream::new(rx, Ok, ()))
 }
 
-/// The delivery target of one gRPC subscription.
+/// How long a delivery may stay parked in a full gRPC subscriber before it is dropped (the
+/// STOMP side's `SLOW_SUBSCRIBER_GRACE`; KubeMQ's 2 s rule).
+const PARK_GRACE: Duration = crate::conn::SLOW_SUBSCRIBER_GRACE;
+/// How often a subscriber with parked deliveries is checked for ones past [`PARK_GRACE`] even
+/// when its client reads nothing.
+const PARK_SWEEP: Duration = Duration::from_millis(100);
+
+/// A delivery waiting for room in the subscriber's buffer, and the publish ticket it holds.
+struct Parked {
+    msg: Arc<Message>,
+    ticket: Option<Ticket>,
+    since: Instant,
+}
+
+/// Parked deliveries a gRPC subscriber may have, per message of its buffer: enough for the
+/// unreceipted bursts of several publishers at once (a STOMP subscription parks 16 × its
+/// buffer).
+const PARK_FACTOR: usize = 4;
+
+/// The delivery target of one gRPC subscription: a buffer of `Limits::subscriber_buffer`
+/// messages the stream drains, and behind it up to [`PARK_FACTOR`] times as many parked
+/// deliveries. A parked
+/// delivery holds its publish ticket, so the publisher's confirmation (a STOMP RECEIPT, a
+/// store `Result`, the pacing of `SendEventsStream`) waits for this subscriber like it waits
+/// for a parked STOMP subscription; after [`PARK_GRACE`] the delivery is dropped and counted.
 struct EventSink {
     tx: mpsc::Sender<Arc<Message>>,
+    /// Kept in delivery order; the core thread appends, the stream side takes.
+    parked: Mutex<VecDeque<Parked>>,
+    /// Whether `parked` may be non-empty: the fast path checks this instead of locking.
+    has_parked: AtomicBool,
+    limit: usize,
+    array: ArrayHandle,
+    /// The core that delivers to this sink (where held tickets are settled).
+    host: CoreId,
     dropped: AtomicU64,
 }
 
+impl EventSink {
+    fn new(tx: mpsc::Sender<Arc<Message>>, limit: usize, array: ArrayHandle, host: CoreId) -> EventSink {
+        EventSink { tx, parked: Mutex::new(VecDeque::new()), has_parked: AtomicBool::new(false), limit, array, host, dropped: AtomicU64::new(0) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Parked>> {
+        self.parked.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn settle(&self, ticket: Option<Ticket>) {
+        if let Some(ticket) = ticket {
+            self.array.send(self.host, CoreMsg::SinkSettled { ticket });
+        }
+    }
+
+    fn count_drop(&self) {
+        let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::warn!(dropped = n, "gRPC subscriber too slow: events dropped");
+        }
+    }
+
+    /// Moves parked deliveries into the buffer while it has room, dropping those parked past
+    /// [`PARK_GRACE`].
+    fn refill_locked(&self, parked: &mut VecDeque<Parked>, now: Instant) {
+        while let Some(p) = parked.front() {
+            if now.duration_since(p.since) >= PARK_GRACE {
+                let p = parked.pop_front().expect("front exists");
+                self.count_drop();
+                self.settle(p.ticket);
+                continue;
+            }
+            let Ok(permit) = self.tx.try_reserve() else { break };
+            let p = parked.pop_front().expect("front exists");
+            permit.send(p.msg);
+            self.settle(p.ticket);
+        }
+        if parked.is_empty() {
+            self.has_parked.store(false, Ordering::Release);
+        }
+    }
+
+    /// Called by the stream after each message it takes, and by the sweep.
+    fn refill(&self) {
+        if self.has_parked.load(Ordering::Acquire) {
+            let mut parked = self.lock();
+            self.refill_locked(&mut parked, Instant::now());
+        }
+    }
+}
+
 impl ExternalSink for EventSink {
-    fn deliver(&self, _pattern: Pattern, msg: &Arc<Message>) {
-        if self.tx.try_send(Arc::clone(msg)).is_err() {
-            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            if n.is_power_of_two() {
-                tracing::warn!(dropped = n, "gRPC subscriber too slow: events dropped");
+    fn deliver(&self, _pattern: Pattern, msg: &Arc<Message>, ticket: Option<Ticket>) -> bool {
+        if !self.has_parked.load(Ordering::Acquire) {
+            match self.tx.try_send(Arc::clone(msg)) {
+                Ok(()) => return false,
+                Err(mpsc::error::TrySendError::Closed(_)) => return false,
+                Err(mpsc::error::TrySendError::Full(_)) => {}
             }
         }
+        // Slow path: the buffer is full or deliveries already wait (keep them in order).
+        let mut parked = self.lock();
+        let now = Instant::now();
+        self.refill_locked(&mut parked, now);
+        if parked.is_empty() && self.tx.try_send(Arc::clone(msg)).is_ok() {
+            return false;
+        }
+        if parked.len() >= self.limit * PARK_FACTOR {
+            self.count_drop();
+            return false;
+        }
+        parked.push_back(Parked { msg: Arc::clone(msg), ticket, since: now });
+        self.has_parked.store(true, Ordering::Release);
+        ticket.is_some()
+    }
+}
+
+impl Drop for EventSink {
+    /// The subscriber is gone: what it still held parked must not hold up its publishers.
+    fn drop(&mut self) {
+        for p in std::mem::take(&mut *self.lock()) {
+            self.settle(p.ticket);
+        }
+    }
+}
+
+/// A subscription's server stream: takes from the sink's buffer and lets parked deliveries in.
+struct SinkStream<G> {
+    rx: mpsc::Receiver<Arc<Message>>,
+    sink: Arc<EventSink>,
+    store: bool,
+    _guard: G,
+}
+
+impl<G: Unpin> futures_lite::Stream for SinkStream<G> {
+    type Item = Result<pb::EventReceive, Status>;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        this.rx.poll_recv(cx).map(|item| {
+            item.map(|m| {
+                this.sink.refill();
+                Ok(convert::event_receive(&m, this.store))
+            })
+        })
     }
 }
 
@@ -165,12 +324,13 @@ pub async fn subscribe(b: Arc<Bridge>, s: pb::Subscribe) -> Result<BoxStream<pb:
     let cores = b.array.cores();
     let host = if wildcard { (conn.0 % cores as u64) as usize } else { b.owner_of(pattern, &channel) };
     let targets: Vec<usize> = if wildcard { (0..cores).collect() } else { vec![host] };
-    let (tx, rx) = mpsc::channel(b.limits.subscriber_buffer.max(1));
-    let sink = Arc::new(EventSink { tx, dropped: AtomicU64::new(0) });
+    let limit = b.limits.subscriber_buffer.max(1);
+    let (tx, rx) = mpsc::channel(limit);
+    let sink = Arc::new(EventSink::new(tx, limit, b.array.clone(), host));
     let sub = SubRef { core: host, conn, sub: 0 };
 
     // The sink must be in place on its host before any core can deliver to it.
-    b.array.send(host, CoreMsg::AttachSink { conn, sink });
+    b.array.send(host, CoreMsg::AttachSink { conn, sink: Arc::clone(&sink) as Arc<dyn ExternalSink> });
     let release = {
         let (b, channel, targets) = (Arc::clone(&b), channel.clone(), targets.clone());
         move || {
@@ -193,8 +353,16 @@ pub async fn subscribe(b: Arc<Bridge>, s: pb::Subscribe) -> Result<BoxStream<pb:
             return Err(Status::unavailable("the array is shutting down"));
         }
     }
-    let map = if pattern == Pattern::EventsStore { |m: Arc<Message>| Ok(convert::event_receive(&m, true)) } else { |m: Arc<Message>| Ok(convert::event_receive(&m, false)) };
-    Ok(Box::pin(ChannelStream::new(rx, map, guard)))
+    // Parked deliveries past their grace are dropped even while the client reads nothing.
+    let weak = Arc::downgrade(&sink);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(PARK_SWEEP).await;
+            let Some(sink) = weak.upgrade() else { break };
+            sink.refill();
+        }
+    });
+    Ok(Box::pin(SinkStream { rx, sink, store: pattern == Pattern::EventsStore, _guard: guard }))
 }
 
 #[cfg(test)]

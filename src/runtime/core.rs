@@ -348,7 +348,9 @@ impl Core {
                             parked += 1;
                         }
                     } else if let Some(sink) = self.sinks.borrow().get(&sub.conn) {
-                        sink.deliver(pattern, &msg);
+                        if sink.deliver(pattern, &msg, done) {
+                            parked += 1;
+                        }
                     }
                 }
                 drop(conns);
@@ -380,6 +382,7 @@ impl Core {
                     }
                 }
             }
+            CoreMsg::SinkSettled { ticket } => self.confirm_parked(ticket),
             CoreMsg::Failed { ticket } => {
                 let conn = self.conns.borrow().get(&ticket.conn).cloned();
                 if let Some(conn) = conn {

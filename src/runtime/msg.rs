@@ -169,8 +169,13 @@ pub struct ChannelStats {
 /// A delivery target outside the cores (see `CoreMsg::AttachSink`). Called on the core
 /// thread: implementations hand off to their own queue and never block.
 pub trait ExternalSink: Send + Sync {
-    /// An Events / Events-Store delivery.
-    fn deliver(&self, _pattern: Pattern, _msg: &Arc<Message>) {}
+    /// An Events / Events-Store delivery. True when the sink parked it while holding `ticket`:
+    /// it then owes the delivering core a `CoreMsg::SinkSettled` for that ticket once the
+    /// delivery is taken or dropped (as a STOMP subscription parks, so a slow gRPC subscriber
+    /// paces publishers instead of losing events at once).
+    fn deliver(&self, _pattern: Pattern, _msg: &Arc<Message>, _ticket: Option<Ticket>) -> bool {
+        false
+    }
     /// The answer to a Commands/Queries request this sink made.
     fn rpc_reply(&self, _outcome: RpcOutcome) {}
     /// A confirmation for a ticket this sink issued (see `CoreMsg::Done`).
@@ -244,6 +249,9 @@ pub enum CoreMsg {
     Done { ticket: Ticket, more: u32 },
     /// The operation behind a ticket failed for good (remote array mode: never confirmed).
     Failed { ticket: Ticket },
+    /// An external sink took or dropped a delivery it had parked while holding `ticket` (see
+    /// `ExternalSink::deliver`); sent to the core that delivered it.
+    SinkSettled { ticket: Ticket },
 }
 
 // Messages are moved through fixed-size rings: keep them small (bodies travel as shared `Arc`s).

@@ -652,8 +652,13 @@ pub mod grpc {
 
     impl GrpcHarness {
         pub fn start() -> GrpcHarness {
+            Self::start_limited(stompgate::grpc::Limits::default())
+        }
+
+        /// With explicit gRPC limits (a small subscriber buffer, say).
+        pub fn start_limited(limits: stompgate::grpc::Limits) -> GrpcHarness {
             let server = TestServer::start();
-            let grpc = stompgate::grpc::start("127.0.0.1:0".parse().unwrap(), 2, server.array()).expect("gRPC server starts");
+            let grpc = stompgate::grpc::start_with("127.0.0.1:0".parse().unwrap(), 2, server.array(), limits).expect("gRPC server starts");
             let addr = grpc.local_addr();
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             GrpcHarness { rt: Some(rt), grpc: Some(grpc), addr, server }
