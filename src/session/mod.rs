@@ -413,15 +413,16 @@ fn on_settle(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, requeue: bool, from
     // delivery this connection no longer holds (requeued by a timeout), is acknowledged as is.
     let settle = parse_queue_message_id(&id).and_then(|(owner, tag)| {
         let mut subs = conn.subs.borrow_mut();
-        let (&sub_no, sub) = subs.iter_mut().find(|(_, s)| s.pattern == Pattern::Queues && s.owner == owner && s.unacked.contains(&tag))?;
+        // One scan: clients mostly acknowledge in delivery order, so the tag is at the front.
+        let (&sub_no, sub, at) = subs
+            .iter_mut()
+            .filter(|(_, s)| s.pattern == Pattern::Queues && s.owner == owner)
+            .find_map(|(n, s)| s.unacked.iter().position(|&t| t == tag).map(|at| (n, s, at)))?;
         let tags: Vec<u64> = match sub.ack {
-            AckMode::Client => {
-                // Cumulative (spec: client mode acknowledges this and every earlier message).
-                let upto = sub.unacked.iter().position(|&t| t == tag).expect("contains checked");
-                sub.unacked.drain(..=upto).collect()
-            }
+            // Cumulative (spec: client mode acknowledges this and every earlier message).
+            AckMode::Client => sub.unacked.drain(..=at).collect(),
             _ => {
-                sub.unacked.retain(|&t| t != tag);
+                sub.unacked.remove(at);
                 vec![tag]
             }
         };
