@@ -159,10 +159,10 @@ const PARK_FACTOR: usize = 4;
 
 /// The delivery target of one gRPC subscription: a buffer of `Limits::subscriber_buffer`
 /// messages the stream drains, and behind it up to [`PARK_FACTOR`] times as many parked
-/// deliveries. A parked
-/// delivery holds its publish ticket, so the publisher's confirmation (a STOMP RECEIPT, a
-/// store `Result`, the pacing of `SendEventsStream`) waits for this subscriber like it waits
-/// for a parked STOMP subscription; after [`PARK_GRACE`] the delivery is dropped and counted.
+/// deliveries. A parked delivery holds its publish ticket, so the publisher's confirmation (a
+/// STOMP RECEIPT, a store `Result`, the pacing of `SendEventsStream`) waits for this subscriber
+/// as it waits for a parked STOMP subscription; after [`PARK_GRACE`] the delivery is dropped
+/// and counted.
 struct EventSink {
     tx: mpsc::Sender<Arc<Message>>,
     /// Kept in delivery order; the core thread appends, the stream side takes.
