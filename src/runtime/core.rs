@@ -195,7 +195,10 @@ impl Core {
     pub fn dispatch_all(self: &Rc<Self>, out: &mut Outbox) {
         for (to, msg) in out.drain(..) {
             match msg {
-                m @ CoreMsg::Deliver { .. } => self.dispatch_lossy(to, m),
+                // A delivery that carries a publish ticket is owed a confirmation: dropping it
+                // would hold the publisher's RECEIPT forever. It travels like the publish did
+                // (a full ring spills and pauses readers), bounded by the publisher's receipts.
+                m @ CoreMsg::Deliver { done: None, .. } => self.dispatch_lossy(to, m),
                 m => self.dispatch(to, m),
             }
         }
@@ -282,7 +285,11 @@ impl Core {
                             more += 1;
                         }
                     }
-                    out.push((t.core, CoreMsg::Done { ticket: t, more }));
+                    // The announcement goes out first: a delivering core's `Done` then travels
+                    // behind it on the same ring or local queue, so the count cannot reach zero
+                    // before the `more` it must wait for is known. That holds for up to two
+                    // cores; with more, a third core's `Done` can still overtake it.
+                    out.insert(0, (t.core, CoreMsg::Done { ticket: t, more }));
                 }
             }
             CoreMsg::QueueSend { msg, meta, done } => self.shard.borrow_mut().queues.send(msg, meta, done, Instant::now(), &mut out),
