@@ -45,6 +45,9 @@ pub struct Config {
     pub array: ArrayMode,
     /// Prometheus metrics listener (`None` = off, the default).
     pub metrics_addr: Option<SocketAddr>,
+    /// Capacity of each cross-core ring. Not a setting: the default suits every deployment,
+    /// and tests shrink it to reach the full-ring paths.
+    pub mesh_ring: usize,
 }
 
 /// The gRPC listener's certificate chain and key (both PEM files, read at start-up).
@@ -101,6 +104,7 @@ impl Default for Config {
             grpc_token: None,
             array: ArrayMode::Embedded,
             metrics_addr: None,
+            mesh_ring: 8192,
         }
     }
 }
@@ -694,6 +698,7 @@ impl Config {
                     addr => Some(parse_addr(addr, source)?),
                 },
             },
+            mesh_ring: Config::default().mesh_ring,
         })
     }
 
@@ -983,6 +988,7 @@ mod tests {
                 grpc_token: None,
                 array: ArrayMode::Embedded,
                 metrics_addr: None,
+                mesh_ring: 8192,
             }
         );
     }
@@ -1041,6 +1047,7 @@ metrics_addr = "127.0.0.1:9100"
                 grpc_token: Some("s3cret".into()),
                 array: ArrayMode::Embedded,
                 metrics_addr: Some("127.0.0.1:9100".parse().unwrap()),
+                mesh_ring: 8192,
             }
         );
         let g = TempToml::new("cores = 3\n");

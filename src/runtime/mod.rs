@@ -23,8 +23,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Capacity of each core→core ring.
-const MESH_RING: usize = 8192;
 /// Housekeeping period: heart-beats, ack and RPC timeouts, shutdown check.
 const TICK: Duration = Duration::from_millis(100);
 /// How long a shutting-down core waits for its connections to flush the ERROR frame.
@@ -57,7 +55,7 @@ impl Server {
         let (stomp_addr, reservation) = reserve_addr(cfg.stomp_addr)?;
         let shared = Arc::new(Shared::default());
         let cores = cfg.cpus.len();
-        let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_RING);
+        let mesh = MeshBuilder::<CoreMsg, _>::full(cores, cfg.mesh_ring);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), StartError>>();
         let mut threads = Vec::with_capacity(cores);
         // Foreign ingress: one channel per core, indexed by mesh peer id. Executors learn their
