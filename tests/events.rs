@@ -292,28 +292,10 @@ fn a_subscriber_that_pauses_within_the_grace_paces_a_receipted_publisher_and_los
     let t = topic();
     let mut sub = server.connected();
     sub.subscribe_sync("s", &t, &[]);
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let publisher = {
-        let (addr, t, sent) = (server.addr, t.clone(), sent.clone());
-        std::thread::spawn(move || {
-            let mut p = common::Client::open(addr);
-            assert_eq!(p.connect("1.2").command, "CONNECTED");
-            for i in 0..N {
-                let mut body = format!("{i:06}").into_bytes();
-                body.resize(4096, b'x');
-                if i % 100 == 99 {
-                    p.send("SEND", &[("destination", &t), ("receipt", &format!("r{i}"))], &body);
-                    let f = p.frame_within(Duration::from_secs(30)).expect("RECEIPT");
-                    assert_eq!(f.command, "RECEIPT", "{f:?}");
-                } else {
-                    p.publish(&t, &body);
-                }
-                sent.store(i + 1, std::sync::atomic::Ordering::SeqCst);
-            }
-        })
-    };
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let publisher = receipted_publisher(server.addr, t.clone(), N, 4096, sent.clone());
     std::thread::sleep(Duration::from_millis(1200));
-    let held_at = sent.load(std::sync::atomic::Ordering::SeqCst);
+    let held_at = sent.load(std::sync::atomic::Ordering::SeqCst) as usize;
     for next in 0..N {
         let f = sub.frame_within(Duration::from_secs(10)).unwrap_or_else(|| panic!("message {next} never came"));
         let i: usize = std::str::from_utf8(&f.body[..6]).unwrap().parse().unwrap();

@@ -338,28 +338,6 @@ fn send_events_stream_answers_store_events_and_failures_only_in_order() {
     });
 }
 
-/// Publishes `n` events of `size` bytes (the index first) to `dest` from a STOMP client on its
-/// own thread, with a RECEIPT every 100; `sent` counts the SENDs made so far.
-fn stomp_publisher(addr: std::net::SocketAddr, dest: String, n: usize, size: usize, sent: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut p = common::Client::open(addr);
-        assert_eq!(p.connect("1.2").command, "CONNECTED");
-        for i in 0..n {
-            let mut body = format!("{i:06}").into_bytes();
-            body.resize(size, b'x');
-            if i % 100 == 99 {
-                // Generous: a receipt may wait up to the 2 s parking grace, more than once.
-                p.send("SEND", &[("destination", &dest), ("receipt", &format!("r{i}"))], &body);
-                let f = p.frame_within(Duration::from_secs(30)).expect("RECEIPT");
-                assert_eq!(f.command, "RECEIPT", "{f:?}");
-            } else {
-                p.publish(&dest, &body);
-            }
-            sent.store(i + 1, std::sync::atomic::Ordering::SeqCst);
-        }
-    })
-}
-
 #[test]
 fn a_slow_grpc_subscriber_paces_a_receipted_publisher_instead_of_losing_events() {
     // A 50-message buffer (plus as many parked) and 4 KiB events: without pacing, a publisher
@@ -368,13 +346,13 @@ fn a_slow_grpc_subscriber_paces_a_receipted_publisher_instead_of_losing_events()
     const N: usize = 5000;
     let h = GrpcHarness::start_limited(stompgate::grpc::Limits { subscriber_buffer: 50 });
     let base = unique("pace");
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     h.run(async {
         let mut c = h.connect().await;
         let mut s = subscribe_events(&mut c, subscription(1, &base)).await;
-        let publisher = stomp_publisher(h.server.addr, format!("/topic/{base}"), N, 4096, sent.clone());
+        let publisher = common::flow::receipted_publisher(h.server.addr, format!("/topic/{base}"), N, 4096, sent.clone());
         tokio::time::sleep(Duration::from_millis(1200)).await;
-        let held_at = sent.load(std::sync::atomic::Ordering::SeqCst);
+        let held_at = sent.load(std::sync::atomic::Ordering::SeqCst) as usize;
         assert!(held_at < N, "the publisher was not held back by the paused subscriber");
         // Read everything: each event once, in order, none lost.
         let mut next = 0usize;
@@ -393,12 +371,12 @@ fn a_slow_grpc_subscriber_paces_a_receipted_publisher_instead_of_losing_events()
 fn a_grpc_subscriber_that_never_reads_does_not_hold_publishers_beyond_the_grace() {
     let h = GrpcHarness::start_limited(stompgate::grpc::Limits { subscriber_buffer: 10 });
     let base = unique("stuck");
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     h.run(async {
         let mut c = h.connect().await;
         let _stuck = subscribe_events(&mut c, subscription(1, &base)).await;
         let started = std::time::Instant::now();
-        let publisher = stomp_publisher(h.server.addr, format!("/topic/{base}"), 3000, 4096, sent.clone());
+        let publisher = common::flow::receipted_publisher(h.server.addr, format!("/topic/{base}"), 3000, 4096, sent.clone());
         tokio::task::spawn_blocking(move || publisher.join().unwrap()).await.unwrap();
         // Held at most about the grace per batch that parks, never for good.
         assert!(started.elapsed() < Duration::from_secs(40), "{:?}", started.elapsed());

@@ -527,6 +527,28 @@ pub mod flow {
         }
     }
 
+    /// Publishes `n` events of `size` bytes (the index as six digits first) to `dest` from a
+    /// STOMP client on its own thread, with a RECEIPT every 100 (each waited for up to 30 s: a
+    /// receipt may wait out the 2 s parking grace more than once); `sent` counts the SENDs made.
+    pub fn receipted_publisher(addr: std::net::SocketAddr, dest: String, n: usize, size: usize, sent: std::sync::Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let mut p = Client::open(addr);
+            assert_eq!(p.connect("1.2").command, "CONNECTED");
+            for i in 0..n {
+                let mut body = format!("{i:06}").into_bytes();
+                body.resize(size, b'x');
+                if i % 100 == 99 {
+                    p.send("SEND", &[("destination", &dest), ("receipt", &format!("r{i}"))], &body);
+                    let f = p.frame_within(Duration::from_secs(30)).expect("RECEIPT");
+                    assert_eq!(f.command, "RECEIPT", "{f:?}");
+                } else {
+                    p.publish(&dest, &body);
+                }
+                sent.store(i as u64 + 1, Ordering::SeqCst);
+            }
+        })
+    }
+
     /// Bodies as strings, in frame order.
     pub fn bodies(frames: &[Frame]) -> Vec<String> {
         frames.iter().map(|f| String::from_utf8_lossy(&f.body).into_owned()).collect()
