@@ -12,7 +12,12 @@
 #   IDLE_CONNECTIONS=5000       connections held by the idle scenario
 #   STOMPGATE_PORT=61613        stompgate's STOMP port (peers: see scripts/peers.sh)
 #   STOMPGATE_ARGS=""           extra flags for stompgate (it always gets --cores 2)
+#   CASES="fanout fanout-rate2k queue connect idle"   scenarios to run (a subset for a quick look)
 #   KEEP_PEERS=0                1 = leave the peers running afterwards
+#   BASELINE=relay              also measure stompgate-relay (perf/relay/), a bare
+#                               single-threaded relay that validates and stores nothing: the
+#                               machine's floor, measured in the same run; BASELINE= to skip
+#   RELAY_PORT=61643            its STOMP port
 #
 # Scenarios: fanout 1->4 unbounded (receipt every 1000); fanout 1->4 at --rate 2000 (latency);
 # queue 2->2; connect (4 workers); idle. Every broker is loopback-only.
@@ -107,6 +112,8 @@ IDLE_CONNECTIONS="${IDLE_CONNECTIONS:-5000}"
 STOMPGATE_PORT="${STOMPGATE_PORT:-61613}"
 STOMPGATE_ARGS="${STOMPGATE_ARGS:-}"
 KEEP_PEERS="${KEEP_PEERS:-0}"
+BASELINE="${BASELINE-relay}"
+RELAY_PORT="${RELAY_PORT:-61643}"
 PEERS_DIR="${PEERS_DIR:-/tmp/stompgate-peers}"
 export PEERS_DIR
 
@@ -126,13 +133,15 @@ stomp_ready() { # PORT
 }
 
 echo "== cargo build --release" >&2
-cargo build --release --bin stompgate --bin stompgate-load >&2
+cargo build --release --bin stompgate --bin stompgate-load --bin stompgate-relay >&2
 LOAD="$ROOT/target/release/stompgate-load"
 
 ulimit -n "$(ulimit -Hn)" || true
 SG_PID=""
+RELAY_PID=""
 STARTED_PEERS=()
 cleanup() {
+    if [ -n "$RELAY_PID" ]; then kill "$RELAY_PID" 2>/dev/null || true; fi
     if [ -n "$SG_PID" ] && kill -0 "$SG_PID" 2>/dev/null; then
         kill -TERM "$SG_PID" 2>/dev/null || true
         for _ in $(seq 1 50); do kill -0 "$SG_PID" 2>/dev/null || break; sleep 0.1; done
@@ -174,7 +183,22 @@ for p in $PEERS; do
     fi
 done
 
-CASES=(fanout fanout-rate2k queue connect idle)
+if [ "$BASELINE" = relay ]; then
+    if stomp_ready "$RELAY_PORT"; then
+        echo "compare.sh: something already answers STOMP on 127.0.0.1:$RELAY_PORT; set RELAY_PORT" >&2
+        exit 1
+    fi
+    "$ROOT/target/release/stompgate-relay" --listen "127.0.0.1:$RELAY_PORT" >"$PEERS_DIR/relay.log" 2>&1 &
+    RELAY_PID=$!
+    for _ in $(seq 1 50); do stomp_ready "$RELAY_PORT" && break; sleep 0.1; done
+    stomp_ready "$RELAY_PORT" || { echo "compare.sh: stompgate-relay did not start (log: $PEERS_DIR/relay.log)" >&2; exit 1; }
+    BROKERS+=(relay)
+    PORT[relay]="$RELAY_PORT"
+    PID[relay]="$RELAY_PID"
+fi
+
+# shellcheck disable=SC2206
+CASES=(${CASES:-fanout fanout-rate2k queue connect idle})
 case_args() {
     case "$1" in
     fanout) echo "fanout --subscribers 4 --rate 0 --receipt-every 1000" ;;

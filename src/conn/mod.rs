@@ -12,7 +12,7 @@ use crate::session::{self, Session};
 use crate::stomp::{Command, Decoded, Decoder, FrameWriter, Limits, Version, WireError};
 use ahash::AHashMap;
 use bytes::{Bytes, BytesMut};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::AsyncReadExt;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -577,8 +577,11 @@ pub async fn serve(core: Rc<Core>, stream: glommio::net::TcpStream) {
         conn.dead.set(true);
     }
     conn.write_ready.set();
-    writer.await;
-    stream::shutdown_both(fd);
+    // One shutdown(2) per connection: the writer has already done it when it closed after
+    // its last frame.
+    if !writer.await {
+        stream::shutdown_both(fd);
+    }
     core.conns.borrow_mut().remove(&conn.id);
     core.shared.connections.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     tracing::debug!(core = core.id, conn = conn.id.0, "connection closed");
@@ -653,13 +656,14 @@ async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut stream::ReadHalf) 
     }
 }
 
-async fn write_loop(core: &Rc<Core>, conn: &Rc<Conn>, wr: &mut stream::WriteHalf) {
+/// Returns whether it shut the socket down itself (after an ERROR or a DISCONNECT receipt).
+async fn write_loop(core: &Rc<Core>, conn: &Rc<Conn>, wr: &mut stream::WriteHalf) -> bool {
     let mut out = BytesMut::new();
     let mut sent: Vec<Sent> = Vec::new();
     loop {
         loop {
             if conn.dead.get() {
-                return;
+                return false;
             }
             let has_data = !conn.wq.borrow().buf.is_empty();
             if has_data || conn.close_after_flush.get() {
@@ -677,7 +681,7 @@ async fn write_loop(core: &Rc<Core>, conn: &Rc<Conn>, wr: &mut stream::WriteHalf
             if write_tracking_blocked(conn, wr, &out).await.is_err() {
                 // Peer gone: make the reader notice too.
                 conn.kill();
-                return;
+                return false;
             }
             conn.last_write.set(Instant::now());
         }
@@ -690,11 +694,11 @@ async fn write_loop(core: &Rc<Core>, conn: &Rc<Conn>, wr: &mut stream::WriteHalf
         }
         after_write(core, conn, &mut sent);
         if conn.close_after_flush.get() && conn.wq.borrow().buf.is_empty() {
-            // Everything (ERROR or the DISCONNECT receipt) is written: close both directions,
-            // which also ends the reader if the client keeps its side open.
-            let _ = wr.close().await;
+            // Everything (ERROR or the DISCONNECT receipt) is written: shut both directions
+            // down, which also ends the reader if the client keeps its side open (one
+            // syscall; a write-side close before it would be a second).
             stream::shutdown_both(conn.fd);
-            return;
+            return true;
         }
     }
 }

@@ -1,0 +1,107 @@
+//! The load harness's STOMP scenarios (`stompgate-load fanout | queue | connect`) as processes,
+//! against an in-process gateway and against the bare relay baseline (`stompgate-relay`,
+//! perf/relay/) that `scripts/compare.sh` measures beside the peers. Each run is short; what is
+//! checked is the accounting, never a speed: messages flow, nothing is lost or duplicated, the
+//! CPU figures are produced. The relay runs as its own process and is measured through
+//! `--server-pid`, exactly as compare.sh does.
+mod common;
+
+use common::{unique, TestServer};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+
+/// `stompgate-relay` on an ephemeral loopback port; killed on drop.
+struct Relay {
+    child: Child,
+    port: u16,
+}
+
+impl Relay {
+    fn start() -> Relay {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stompgate-relay"))
+            .args(["--listen", "127.0.0.1:0"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("stompgate-relay starts");
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().expect("piped stderr")).read_line(&mut line).expect("relay announces its address");
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in the relay's first line: {line:?}"));
+        Relay { child, port }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn harness(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stompgate-load")).args(args).output().expect("stompgate-load runs")
+}
+
+/// Runs one scenario for a 1 s window and returns its JSON report (exit 0 required: exit 3
+/// would mean lost or duplicated messages).
+fn run(scenario: &[&str], port: u16, server_pid: u32) -> Value {
+    let (port, pid, name) = (port.to_string(), server_pid.to_string(), unique("load"));
+    let mut args = scenario.to_vec();
+    args.extend_from_slice(&[
+        "--host", "127.0.0.1", "--port", &port, "--name", &name, "--duration-s", "1", "--warmup-s", "0.3", "--server-pid", &pid, "--json",
+        "--quiet",
+    ]);
+    let out = harness(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stompgate-load {scenario:?} failed ({:?}):\n{stderr}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_else(|| panic!("no JSON line; stderr:\n{stderr}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+fn n(r: &Value, key: &str) -> u64 {
+    r[key].as_u64().unwrap_or_else(|| panic!("{key} missing: {r}"))
+}
+
+fn assert_messages_flowed(r: &Value, per_message_copies: u64) {
+    assert!(n(r, "sent") > 0, "{r}");
+    assert!(n(r, "delivered") > 0 && n(r, "delivered") <= n(r, "sent") * per_message_copies, "{r}");
+    assert_eq!((n(r, "lost"), n(r, "duplicated")), (0, 0), "{r}");
+    // `delivered` counts what arrived inside the window; the drain brings in the rest.
+    assert_eq!(n(r, "latency_count"), n(r, "sent") * per_message_copies, "every window message arrived once per subscriber: {r}");
+    assert!(r["delivered_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["server_cpu_us_per_msg"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["p99_us"].as_f64() >= r["p50_us"].as_f64(), "{r}");
+}
+
+/// fanout 1 -> 3, queue 2 -> 2 with client-individual ACKs, connect with 2 workers.
+fn all_scenarios(port: u16, server_pid: u32) {
+    let fanout = run(&["fanout", "--subscribers", "3", "--receipt-every", "200"], port, server_pid);
+    assert_eq!(fanout["scenario"], "fanout", "{fanout}");
+    assert_messages_flowed(&fanout, 3);
+
+    let queue = run(&["queue", "--producers", "2", "--consumers", "2", "--receipt-every", "200"], port, server_pid);
+    assert_eq!(queue["scenario"], "queue", "{queue}");
+    assert_messages_flowed(&queue, 1);
+
+    let connect = run(&["connect", "--workers", "2"], port, server_pid);
+    assert!(n(&connect, "connections") > 0, "{connect}");
+    assert!(connect["connections_per_s"].as_f64().unwrap() > 0.0, "{connect}");
+}
+
+#[test]
+fn the_harness_scenarios_account_exactly_against_the_gateway() {
+    let server = TestServer::start();
+    all_scenarios(server.addr.port(), std::process::id());
+}
+
+#[test]
+fn the_bare_relay_baseline_serves_every_compared_scenario() {
+    let relay = Relay::start();
+    all_scenarios(relay.port, relay.child.id());
+}
