@@ -55,14 +55,20 @@ struct Client {
     subs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+/// The subscribers of one destination.
+#[derive(Default)]
+struct Destination {
+    /// (client, subscription id)
+    subs: Vec<(usize, Vec<u8>)>,
+    /// Round-robin position (`/queue/` destinations).
+    turn: usize,
+}
+
 #[derive(Default)]
 struct Relay {
     clients: Vec<Option<Client>>,
     free: Vec<usize>,
-    /// destination -> (client, subscription id)
-    subscribers: HashMap<Vec<u8>, Vec<(usize, Vec<u8>)>>,
-    /// Round-robin position per `/queue/` destination.
-    turn: HashMap<Vec<u8>, usize>,
+    subscribers: HashMap<Vec<u8>, Destination>,
     next_message_id: u64,
     /// Clients with output queued this turn.
     dirty: Vec<usize>,
@@ -91,12 +97,13 @@ impl Relay {
     fn handle(&mut self, from: usize, frame: &stomp::Frame<'_>) {
         match frame.command {
             b"CONNECT" | b"STOMP" => {
-                self.queue_output(from, |w| w.extend_from_slice(b"CONNECTED\nversion:1.2\nheart-beat:0,0\nserver:stompgate-relay\n\n\0"));
+                let headers: [(&str, &[u8]); 3] = [("version", b"1.2"), ("heart-beat", b"0,0"), ("server", b"stompgate-relay")];
+                self.queue_output(from, |w| stomp::encode(w, "CONNECTED", &headers, b""));
             }
             b"SUBSCRIBE" => {
                 let dest = frame.header(b"destination").unwrap_or(b"").to_vec();
                 let id = frame.header(b"id").unwrap_or(b"").to_vec();
-                self.subscribers.entry(dest.clone()).or_default().push((from, id.clone()));
+                self.subscribers.entry(dest.clone()).or_default().subs.push((from, id.clone()));
                 if let Some(Some(c)) = self.clients.get_mut(from) {
                     c.subs.push((id, dest));
                 }
@@ -121,57 +128,34 @@ impl Relay {
             _ => {}
         }
         if let Some(receipt) = frame.header(b"receipt") {
-            self.queue_output(from, |w| {
-                w.extend_from_slice(b"RECEIPT\nreceipt-id:");
-                w.extend_from_slice(receipt);
-                w.extend_from_slice(b"\n\n\0");
-            });
+            self.queue_output(from, |w| stomp::encode(w, "RECEIPT", &[("receipt-id", receipt)], b""));
         }
     }
 
     fn relay(&mut self, dest: &[u8], body: &[u8]) {
-        let Relay { clients, subscribers, turn, next_message_id, dirty, pending, .. } = self;
-        let Some(subs) = subscribers.get(dest) else { return };
+        let Relay { clients, subscribers, next_message_id, dirty, pending, .. } = self;
+        let Some(to) = subscribers.get_mut(dest) else { return };
         let targets = if dest.starts_with(b"/queue/") {
-            if !turn.contains_key(dest) {
-                turn.insert(dest.to_vec(), 0);
-            }
-            let Some(turn) = turn.get_mut(dest) else { return };
-            *turn = (*turn + 1) % subs.len();
-            &subs[*turn..=*turn]
+            to.turn = (to.turn + 1) % to.subs.len();
+            &to.subs[to.turn..=to.turn]
         } else {
-            &subs[..]
+            &to.subs[..]
         };
-        let mut len = itoa::Buffer::new();
-        let len = len.format(body.len()).as_bytes();
-        for (to, sub) in targets {
+        for (client, sub) in targets {
             *next_message_id += 1;
             let mut n = itoa::Buffer::new();
             let id = n.format(*next_message_id).as_bytes();
-            queue_output(clients, dirty, pending, *to, |w| {
-                w.extend_from_slice(b"MESSAGE\ndestination:");
-                w.extend_from_slice(dest);
-                w.extend_from_slice(b"\nmessage-id:");
-                w.extend_from_slice(id);
-                w.extend_from_slice(b"\nsubscription:");
-                w.extend_from_slice(sub);
-                w.extend_from_slice(b"\nack:");
-                w.extend_from_slice(id);
-                w.extend_from_slice(b"\ncontent-length:");
-                w.extend_from_slice(len);
-                w.extend_from_slice(b"\n\n");
-                w.extend_from_slice(body);
-                w.push(0);
-            });
+            let headers = [("destination", dest), ("message-id", id), ("subscription", sub), ("ack", id)];
+            queue_output(clients, dirty, pending, *client, |w| stomp::encode(w, "MESSAGE", &headers, body));
         }
     }
 
     fn forget(&mut self, client: usize, id: &[u8], dest: &[u8]) {
-        if let Some(list) = self.subscribers.get_mut(dest) {
-            list.retain(|(c, s)| !(*c == client && s == id));
-            if list.is_empty() {
+        if let Some(to) = self.subscribers.get_mut(dest) {
+            to.subs.retain(|(c, s)| !(*c == client && s == id));
+            // An empty entry never stays, so a present destination always has a subscriber.
+            if to.subs.is_empty() {
                 self.subscribers.remove(dest);
-                self.turn.remove(dest);
             }
         }
     }
