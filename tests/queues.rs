@@ -10,6 +10,7 @@
 //! `QUIET`. Bodies are numbered so order, loss and duplicates are exact.
 mod common;
 use common::flow::*;
+use common::props::frame_bytes;
 use common::*;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -349,4 +350,60 @@ fn ack_or_nack_of_an_unknown_id_is_ignored_and_the_connection_stays() {
     let got = a.read_messages(1);
     assert_eq!(bodies(&got), ["still here"]);
     assert_fresh(&got[0], &q, "a");
+}
+
+/// ACK frames that arrive together in one TCP segment, followed by another frame or by the
+/// connection going away, must all take effect before it: the gateway merges one read batch's
+/// ACKs into one settle for the owner core, and that settle goes out ahead of UNSUBSCRIBE's
+/// requeue and ahead of the release on close.
+fn acks_in_one_write_then(end: impl FnOnce(Client, &mut Vec<u8>)) {
+    let server = TestServer::start();
+    let q = queue();
+    fill(&server, &q, &numbered("m", 0..6));
+    let mut a = server.connected();
+    let got = a.subscribe_expect("a", &q, &[("ack", "client-individual")], 6);
+    assert_eq!(bodies(&got), numbered("m", 0..6));
+    let mut batch = Vec::new();
+    for f in got.iter().step_by(2) {
+        batch.extend(frame_bytes("ACK", &[("id", f.header("ack").unwrap())], b""));
+    }
+    end(a, &mut batch);
+
+    let mut b = server.connected();
+    let again = b.subscribe_expect("b", &q, &[("ack", "client-individual")], 3);
+    assert_eq!(bodies(&again), ["m1", "m3", "m5"], "the ACKed messages m0, m2, m4 must not come back");
+    for f in &again {
+        assert_redelivered(f, &q, "b");
+    }
+    b.no_frame(QUIET);
+}
+
+#[test]
+fn acks_in_one_write_are_applied_before_a_following_unsubscribe() {
+    acks_in_one_write_then(|mut a, batch| {
+        batch.extend(frame_bytes("UNSUBSCRIBE", &[("id", "a"), ("receipt", "u")], b""));
+        a.send_raw(batch);
+        let receipt = a.frame();
+        assert_eq!((receipt.command.as_str(), receipt.header("receipt-id")), ("RECEIPT", Some("u")));
+    });
+}
+
+#[test]
+fn acks_in_one_write_are_applied_when_the_connection_then_drops() {
+    acks_in_one_write_then(|mut a, batch| {
+        a.send_raw(batch);
+        drop(a);
+    });
+}
+
+#[test]
+fn acks_in_one_write_are_applied_when_a_following_frame_fails_to_decode() {
+    // The decoder error ends reading in the middle of the batch: the release on close is what
+    // sends the merged ACKs.
+    acks_in_one_write_then(|mut a, batch| {
+        batch.extend(b"NOT-A-COMMAND\n\n\0");
+        a.send_raw(batch);
+        assert_eq!(a.frame().command, "ERROR");
+        assert!(a.closed());
+    });
 }

@@ -645,6 +645,9 @@ async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut stream::ReadHalf) 
                 }
             }
         }
+        // One QueueSettle per subscription for the whole batch's ACKs (see session::PendingSettle).
+        session::flush_settles(core, conn);
+        core.drain_local();
         // Back-pressure: while a peer core cannot keep up with what this core sends it,
         // stop reading from clients rather than queueing without bound.
         while core.overflow_len() > OVERFLOW_PAUSE && !conn.is_closing() {

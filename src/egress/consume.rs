@@ -56,11 +56,13 @@ impl Consumers {
         }
     }
 
-    /// Ends the subscription: its stream closes and the array requeues what it held.
+    /// Ends the subscription: settlements already queued still reach the array, then its
+    /// stream closes and the array requeues what it held. Aborting the task instead would drop
+    /// ACKs the client sent just before UNSUBSCRIBE (or before closing), and the array would
+    /// redeliver acknowledged messages.
     pub fn unsubscribe(&self, sub: SubRef) {
-        if let Some(c) = self.by_sub.borrow_mut().remove(&sub) {
-            c.task.abort();
-        }
+        // Dropping the sender ends the task's settlement channel after what is queued in it.
+        self.by_sub.borrow_mut().remove(&sub);
     }
 
     pub fn settle(&self, sub: SubRef, tags: Vec<u64>, action: Settle) {
@@ -171,7 +173,10 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
                     Ok(None) | Err(_) => break,
                 },
                 settle = ctl.recv() => {
-                    let Some(first) = settle else { return };
+                    let Some(first) = settle else {
+                        close_after_sent(tx, &mut responses).await;
+                        return;
+                    };
                     // Coalesce what is already queued (a STOMP client ACKs message by message):
                     // one AckRange per transaction instead of one request per ACK.
                     let mut batches: Vec<(Vec<u64>, Settle)> = vec![first];
@@ -238,6 +243,20 @@ fn settlements(held: &mut HashMap<u64, Held>, tags: &[u64], action: &Settle, cha
             ..Default::default()
         })
         .collect()
+}
+
+/// How long an ending subscription waits for the array to close its stream.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Half-closes the stream and waits until the array ends it: the settlements sent before are
+/// then applied ahead of the requeue of what is still held. Dropping the response stream at
+/// once could reset the call while those requests are still on their way.
+async fn close_after_sent(tx: mpsc::Sender<pb::QueuesDownstreamRequest>, responses: &mut tonic::Streaming<pb::QueuesDownstreamResponse>) {
+    drop(tx);
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        while let Ok(Some(_)) = responses.message().await {}
+    })
+    .await;
 }
 
 /// Sleeps `delay` while discarding settlements (nothing is held while disconnected). False

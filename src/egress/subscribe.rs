@@ -189,7 +189,7 @@ async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
                         last_seq = last_seq.max(ev.sequence);
                     }
                     delivered += 1;
-                    if let Some(confirmation) = deliver(&w, &key, &members, message_of(ev), delivered % PACE_EVERY == 0) {
+                    if let Some(confirmation) = deliver(&w, &key, &members, message_of(ev), delivered.is_multiple_of(PACE_EVERY)) {
                         paced.push_back(confirmation);
                         if paced.len() > PACE_WINDOW {
                             let _ = paced.pop_front().expect("not empty").wait().await;

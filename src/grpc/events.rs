@@ -105,7 +105,7 @@ pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>) -> 
                 }
                 Ok((pattern, msg)) => {
                     plain += 1;
-                    if let Some(confirmation) = start(&b, pattern, msg, plain % PACE_EVERY == 0) {
+                    if let Some(confirmation) = start(&b, pattern, msg, plain.is_multiple_of(PACE_EVERY)) {
                         paced.push_back(confirmation);
                         if paced.len() > PACE_WINDOW {
                             // Unconfirmed only when the array is going away.

@@ -296,7 +296,7 @@ async fn run_core(
                 core.drain_local();
                 // A ring that never runs dry would starve every other task of this core.
                 handled += 1;
-                if handled % 64 == 0 {
+                if handled.is_multiple_of(64) {
                     futures_lite::future::yield_now().await;
                 }
             }

@@ -40,6 +40,21 @@ pub struct Session {
     /// Open transactions and the frames they hold.
     txs: AHashMap<Bytes, Vec<Frame>>,
     client_id: Bytes,
+    /// ACKs/NACKs read but not yet sent to their owner core (see `PendingSettle`).
+    pending_settle: Option<PendingSettle>,
+}
+
+/// Consecutive ACKs (or NACKs) of one subscription, merged into one `QueueSettle`: a consumer
+/// that acknowledges every message then costs its owner one mesh message per read batch
+/// instead of one per ACK. Sent before any other frame is handled (so UNSUBSCRIBE, COMMIT's
+/// and DISCONNECT's barriers and every receipt see it applied), at the end of each read batch,
+/// and when the connection is released.
+struct PendingSettle {
+    owner: usize,
+    channel: crate::model::Channel,
+    sub: SubRef,
+    action: Settle,
+    tags: Vec<u64>,
 }
 
 /// Handles one frame. Returns false when the connection must stop reading (ERROR sent, or
@@ -58,6 +73,9 @@ pub fn handle_frame(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, decoder: &mu
 }
 
 fn handle_connected(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, from_commit: bool) -> bool {
+    if !matches!(frame.command, Command::Ack | Command::Nack) {
+        flush_settles(core, conn);
+    }
     let result = match frame.command {
         Command::Send => on_send(core, conn, frame, from_commit),
         Command::Subscribe => on_subscribe(core, conn, &frame),
@@ -431,13 +449,52 @@ fn on_settle(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, requeue: bool, from
     let receipt = receipt_of(&frame);
     match settle {
         Some((owner, channel, sub, tags)) => {
-            let done = receipt.map(|r| core.ticket(conn.id, conn.expect(Some(r), 1, false)));
             let action = if requeue { Settle::Nack } else { Settle::Ack };
-            core.dispatch(owner, CoreMsg::QueueSettle { channel, sub, tags, action, done });
+            queue_settle(core, conn, PendingSettle { owner, channel, sub, action, tags });
+            if let Some(r) = receipt {
+                // The RECEIPT proves this settle (and the ones merged ahead of it) took effect.
+                let done = core.ticket(conn.id, conn.expect(Some(r), 1, false));
+                send_settles(core, conn, Some(done));
+            }
         }
-        None => receipt_now(core, conn, &frame),
+        None => {
+            // Keep frame order: settles read before this one go out before its RECEIPT.
+            flush_settles(core, conn);
+            receipt_now(core, conn, &frame);
+        }
     }
     Ok(())
+}
+
+/// Merges `next` into the pending settle when it names the same subscription and action;
+/// otherwise sends the pending one first.
+fn queue_settle(core: &Rc<Core>, conn: &Conn, next: PendingSettle) {
+    let mut session = conn.session.borrow_mut();
+    if let Some(p) = session.pending_settle.as_mut() {
+        if p.owner == next.owner && p.sub == next.sub && p.action == next.action {
+            p.tags.extend_from_slice(&next.tags);
+            return;
+        }
+    }
+    let previous = session.pending_settle.replace(next);
+    drop(session);
+    if let Some(p) = previous {
+        core.dispatch(p.owner, CoreMsg::QueueSettle { channel: p.channel, sub: p.sub, tags: p.tags, action: p.action, done: None });
+    }
+}
+
+/// Sends the pending settle, if any, with `done` confirming it.
+fn send_settles(core: &Rc<Core>, conn: &Conn, done: Option<crate::runtime::msg::Ticket>) {
+    let pending = conn.session.borrow_mut().pending_settle.take();
+    if let Some(p) = pending {
+        core.dispatch(p.owner, CoreMsg::QueueSettle { channel: p.channel, sub: p.sub, tags: p.tags, action: p.action, done });
+    }
+}
+
+/// Sends the ACKs/NACKs merged so far to their owner core. Called before any other frame, at
+/// the end of each read batch, and on release.
+pub fn flush_settles(core: &Rc<Core>, conn: &Conn) {
+    send_settles(core, conn, None);
 }
 
 fn on_begin(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
@@ -467,6 +524,8 @@ fn on_commit(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
             return Ok(());
         }
     }
+    // Held ACKs/NACKs go out before the barrier that proves them.
+    flush_settles(core, conn);
     // The RECEIPT must prove the held frames took effect.
     if let Some(r) = receipt_of(frame) {
         receipt_after_barrier(core, conn, r, false);
@@ -512,6 +571,8 @@ fn on_disconnect(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) {
 /// The connection stopped reading: drop its subscriptions (the owners requeue unacknowledged
 /// queue messages) and abort its transactions.
 pub fn release(core: &Rc<Core>, conn: &Conn) {
+    // ACKs the client sent before it went away still count (ahead of the requeue below).
+    flush_settles(core, conn);
     let subs: Vec<u32> = conn.subs.borrow().keys().copied().collect();
     for sub_no in subs {
         drop_subscription(core, conn, sub_no, None);

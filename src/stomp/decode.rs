@@ -1009,7 +1009,7 @@ mod tests {
         // A client that never ends its headers is refused once the limit is passed, not
         // buffered forever. No LF at all (one endless command line) is caught the same way.
         let mut endless = b"SEND\n".to_vec();
-        endless.extend(std::iter::repeat(b'x').take(100));
+        endless.extend(std::iter::repeat_n(b'x', 100));
         check_rest(
             Some(Version::V1_2),
             limits(64, 128, 1024),
@@ -1155,9 +1155,9 @@ mod tests {
         // A 1 MiB NUL-terminated body and a 60 KiB header line, fed one byte per read: each
         // byte is examined once, not once per read (which would be ~5 * 10^11 for the body).
         let mut input = b"SEND\nlong:".to_vec();
-        input.extend(std::iter::repeat(b'h').take(60 * 1024));
+        input.extend(std::iter::repeat_n(b'h', 60 * 1024));
         input.extend_from_slice(b"\n\n");
-        input.extend(std::iter::repeat(b'b').take(1 << 20));
+        input.extend(std::iter::repeat_n(b'b', 1 << 20));
         input.push(0);
         let started = std::time::Instant::now();
         let (frames, examined) = examined_one_byte_at_a_time(&input, Version::V1_2);
