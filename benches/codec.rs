@@ -11,10 +11,11 @@
 //!
 //! A batch is 1,000 frames (about 1.2 MB with 1 KiB bodies): it fits in L2, like a socket's
 //! recent reads, so the baseline is not just measuring memory bandwidth.
+mod common;
+
 use bytes::BytesMut;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
-use std::time::Duration;
 use stompgate::stomp::encode::encode_frame;
 use stompgate::stomp::{Command, Decoded, Decoder, Limits, Version};
 
@@ -132,18 +133,9 @@ fn encode(c: &mut Criterion) {
     }
 }
 
-/// Short runs: the whole `cargo bench` stays within a couple of minutes on two cores.
-/// Command-line flags (`--measurement-time`, `--quick`, …) still override these.
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config();
     targets = decode, encode
 }
 criterion_main!(benches);

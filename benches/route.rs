@@ -12,10 +12,11 @@
 //!   header list; `write_egress_tag_headers` vs writing the same tags as headers unmapped.
 //! - `wildcard`: `Filter::matches` for literal, `*` and `>` filters against a matching and a
 //!   non-matching channel vs plain byte-slice equality.
+mod common;
+
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
-use std::time::Duration;
 use stompgate::route::{
     headers_to_tags, parse_destination, write_egress_tag_headers, DefaultPattern, Filter, Intent,
 };
@@ -173,18 +174,9 @@ fn wildcard(c: &mut Criterion) {
     g.finish();
 }
 
-/// Short runs: the whole `cargo bench` stays within a couple of minutes on two cores.
-/// Command-line flags (`--measurement-time`, `--quick`, …) still override these.
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config();
     targets = destination, tags, wildcard
 }
 criterion_main!(benches);
