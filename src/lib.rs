@@ -8,6 +8,7 @@
 //! 4. the KubeMQ gRPC API — [`grpc`] (served) and [`egress`] (remote array client).
 pub mod config;
 pub mod model;
+pub mod mesh;
 pub mod route;
 pub mod stomp;
 pub mod array;

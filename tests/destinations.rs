@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use stompgate::model::{Channel, Pattern, Tags};
 use stompgate::route::DefaultPattern;
-use stompgate::runtime::msg::RpcOutcome;
+use stompgate::mesh::msg::RpcOutcome;
 
 /// Subscribes a fresh connection to `sub_dest`, SENDs `payload` to `send_dest` from a second
 /// connection, and returns the MESSAGE the subscriber receives.

@@ -14,7 +14,7 @@ use common::props::*;
 use common::*;
 use std::sync::Arc;
 use stompgate::model::{now_unix_ns, Channel, Message, Pattern, Tags};
-use stompgate::runtime::msg::CoreMsg;
+use stompgate::mesh::msg::CoreMsg;
 
 /// Subscribes to `dest`, SENDs a frame with `headers` (destination added) and `body` from a
 /// second connection, and returns the MESSAGE.

@@ -16,7 +16,7 @@ use common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use stompgate::model::{Channel, Pattern, Tags};
-use stompgate::runtime::msg::{RpcOutcome, RpcRequest};
+use stompgate::mesh::msg::{RpcOutcome, RpcRequest};
 
 fn service() -> String {
     unique("svc")

@@ -2,7 +2,7 @@
 use super::Outbox;
 use crate::model::{Channel, Message, Pattern};
 use crate::route::Filter;
-use crate::runtime::msg::{CoreId, CoreMsg, SubRef};
+use crate::mesh::msg::{CoreId, CoreMsg, SubRef};
 use ahash::AHashMap;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -33,10 +33,10 @@ pub struct Events {
 
 impl Events {
     /// Channels with exact subscriptions here, and how many.
-    pub fn stats(&self) -> Vec<crate::runtime::msg::ChannelStats> {
+    pub fn stats(&self) -> Vec<crate::mesh::msg::ChannelStats> {
         self.exact
             .iter()
-            .map(|(name, list)| crate::runtime::msg::ChannelStats { name: name.clone(), subscribers: list.len() as u64, ..Default::default() })
+            .map(|(name, list)| crate::mesh::msg::ChannelStats { name: name.clone(), subscribers: list.len() as u64, ..Default::default() })
             .collect()
     }
 
@@ -113,7 +113,7 @@ fn push_for_core(per_core: &mut Vec<Vec<SubRef>>, cores: usize, sub: SubRef) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::msg::ConnId;
+    use crate::mesh::msg::ConnId;
 
     fn sub(core: usize, conn: u64, sub: u32) -> SubRef {
         SubRef { core, conn: ConnId(conn), sub }

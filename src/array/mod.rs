@@ -12,25 +12,11 @@ pub mod rpc;
 pub mod store;
 
 use crate::model::{Channel, Pattern};
-use crate::runtime::msg::{CoreId, CoreMsg};
+use crate::mesh::msg::{CoreId, CoreMsg};
+pub use crate::mesh::topology::owner_of;
 
 /// Messages a shard operation produced, in order.
 pub type Outbox = Vec<(CoreId, CoreMsg)>;
-
-/// The core that owns (pattern, channel). A fixed-seed hash, so every core agrees.
-pub fn owner_of(pattern: Pattern, channel: &Channel, cores: usize) -> CoreId {
-    if cores <= 1 {
-        return 0;
-    }
-    // FNV-1a: tiny, deterministic, and good enough to spread channel names; this is a shard
-    // choice, not a hash table, so a hostile name can at worst load one core.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in std::iter::once(&pattern.index()).chain(channel.as_bytes()) {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    (h % cores as u64) as usize
-}
 
 /// Per-core array state.
 pub struct Shard {
@@ -68,7 +54,7 @@ impl Shard {
 
     /// The channels of `pattern` this shard owns, with counters (channel management).
     /// Events channels appear while they have subscribers: plain events keep no counters.
-    pub fn stats(&self, pattern: Pattern) -> Vec<crate::runtime::msg::ChannelStats> {
+    pub fn stats(&self, pattern: Pattern) -> Vec<crate::mesh::msg::ChannelStats> {
         match pattern {
             Pattern::Events => self.events.stats(),
             Pattern::EventsStore => self.store.stats(),

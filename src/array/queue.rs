@@ -27,7 +27,7 @@
 //! wait ends (checked every tick).
 use super::Outbox;
 use crate::model::{now_unix_ns, Channel, Message};
-use crate::runtime::msg::{ChannelStats, CoreId, CoreMsg, PullMode, PullRequest, PullResult, Pulled, QueueMeta, Settle, SubRef, Ticket};
+use crate::mesh::msg::{ChannelStats, CoreId, CoreMsg, PullMode, PullRequest, PullResult, Pulled, QueueMeta, Settle, SubRef, Ticket};
 use ahash::AHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -508,7 +508,7 @@ fn dead_letter(from: &Channel, entry: Entry, cores: usize, out: &mut Outbox) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::msg::ConnId;
+    use crate::mesh::msg::ConnId;
     use bytes::Bytes;
 
     fn sub(core: usize, conn: u64) -> SubRef {

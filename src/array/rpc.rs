@@ -3,7 +3,7 @@
 //! the array API (`CoreMsg::RegisterResponder`), which the gRPC side uses.
 use super::Outbox;
 use crate::model::{Channel, Pattern};
-use crate::runtime::msg::{CoreMsg, ResponderFn, RpcOutcome, RpcRequest};
+use crate::mesh::msg::{CoreMsg, ResponderFn, RpcOutcome, RpcRequest};
 use ahash::AHashMap;
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -53,11 +53,11 @@ impl Rpc {
     }
 
     /// Channels of `pattern` with responders here, and how many.
-    pub fn stats(&self, pattern: Pattern) -> Vec<crate::runtime::msg::ChannelStats> {
+    pub fn stats(&self, pattern: Pattern) -> Vec<crate::mesh::msg::ChannelStats> {
         self.responders
             .iter()
             .filter(|((p, _), _)| *p == pattern)
-            .map(|((_, name), r)| crate::runtime::msg::ChannelStats { name: name.clone(), subscribers: r.list.len() as u64, ..Default::default() })
+            .map(|((_, name), r)| crate::mesh::msg::ChannelStats { name: name.clone(), subscribers: r.list.len() as u64, ..Default::default() })
             .collect()
     }
 
@@ -151,7 +151,7 @@ fn reply(req: &RpcRequest, outcome: RpcOutcome) -> (usize, CoreMsg) {
 mod tests {
     use super::*;
     use crate::model::Message;
-    use crate::runtime::msg::{ConnId, SubRef};
+    use crate::mesh::msg::{ConnId, SubRef};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 

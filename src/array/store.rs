@@ -4,7 +4,7 @@
 use super::events::{Events, Interest};
 use super::Outbox;
 use crate::model::{Channel, Message, Pattern};
-use crate::runtime::msg::{CoreMsg, StartAt, SubRef};
+use crate::mesh::msg::{CoreMsg, StartAt, SubRef};
 use ahash::AHashMap;
 use std::sync::Arc;
 
@@ -107,13 +107,13 @@ impl Store {
     }
 
     /// Stored channels with their message count and body bytes.
-    pub fn stats(&self) -> Vec<crate::runtime::msg::ChannelStats> {
+    pub fn stats(&self) -> Vec<crate::mesh::msg::ChannelStats> {
         self.channels
             .iter()
             .map(|(name, ch)| {
                 let messages = ch.log.last_seq();
                 let bytes = (1..=messages).filter_map(|s| ch.log.get(s)).map(|m| m.body.len() as u64).sum();
-                crate::runtime::msg::ChannelStats { name: name.clone(), messages, bytes, waiting: 0, subscribers: ch.live.len() as u64 }
+                crate::mesh::msg::ChannelStats { name: name.clone(), messages, bytes, waiting: 0, subscribers: ch.live.len() as u64 }
             })
             .collect()
     }
@@ -126,7 +126,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::msg::ConnId;
+    use crate::mesh::msg::ConnId;
     use bytes::Bytes;
 
     fn msg(body: &'static str) -> Arc<Message> {

@@ -7,7 +7,7 @@ use crate::model::{Channel, Message, Pattern};
 use crate::route::{write_egress_destination, write_egress_tag_headers};
 use crate::runtime::core::{Core, Metrics, OVERFLOW_PAUSE};
 use crate::runtime::event::LocalEvent;
-use crate::runtime::msg::{ConnId, CoreId, CoreMsg, RpcOutcome, Ticket};
+use crate::mesh::msg::{ConnId, CoreId, CoreMsg, RpcOutcome, Ticket};
 use crate::session::{self, Session};
 use crate::stomp::{Command, Decoded, Decoder, FrameWriter, Limits, Version, WireError};
 use ahash::AHashMap;
@@ -768,8 +768,8 @@ fn after_write(core: &Rc<Core>, conn: &Conn, sent: &mut Vec<Sent>) {
     for (sub_no, tags) in acks {
         // A subscription released meanwhile already had its messages requeued and settled.
         let Some(sub) = subs.get(&sub_no) else { continue };
-        let sub_ref = crate::runtime::msg::SubRef { core: core.id, conn: conn.id, sub: sub_no };
-        core.dispatch(sub.owner, CoreMsg::QueueSettle { channel: sub.channel.clone(), sub: sub_ref, tags, action: crate::runtime::msg::Settle::Ack, done: None });
+        let sub_ref = crate::mesh::msg::SubRef { core: core.id, conn: conn.id, sub: sub_no };
+        core.dispatch(sub.owner, CoreMsg::QueueSettle { channel: sub.channel.clone(), sub: sub_ref, tags, action: crate::mesh::msg::Settle::Ack, done: None });
     }
     drop(subs);
     core.drain_local();

@@ -14,7 +14,7 @@ use super::Worker;
 use crate::grpc::convert::{bytes_of, channel_of, tags_from_map};
 use crate::grpc::pb;
 use crate::model::{Channel, Message};
-use crate::runtime::msg::{CoreMsg, Settle, SubRef};
+use crate::mesh::msg::{CoreMsg, Settle, SubRef};
 use crate::telemetry::Counted;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};

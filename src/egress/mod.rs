@@ -30,8 +30,8 @@ pub mod subscribe;
 
 use crate::config::{Config, RemoteArray};
 use crate::grpc::pb::kubemq_client::KubemqClient;
-use crate::runtime::handle::ArrayHandle;
-use crate::runtime::msg::{CoreId, CoreMsg, Ticket};
+use crate::mesh::handle::ArrayHandle;
+use crate::mesh::msg::{CoreId, CoreMsg, Ticket};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,7 +11,7 @@ use super::{Worker, GIVE_UP};
 use crate::grpc::convert::{string_of, tags_to_map};
 use crate::grpc::pb;
 use crate::model::{Message, Pattern};
-use crate::runtime::msg::Ticket;
+use crate::mesh::msg::Ticket;
 use crate::telemetry::{Counted, Stream as StreamKind};
 use futures_lite::Stream;
 use std::cell::RefCell;

@@ -4,7 +4,7 @@ use super::Worker;
 use crate::grpc::convert::{string_of, tags_to_map};
 use crate::grpc::pb;
 use crate::model::Pattern;
-use crate::runtime::msg::{CoreMsg, RpcOutcome, RpcRequest};
+use crate::mesh::msg::{CoreMsg, RpcOutcome, RpcRequest};
 use std::rc::Rc;
 use std::time::Duration;
 use tonic::Code;

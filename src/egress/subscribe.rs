@@ -12,7 +12,7 @@ use super::Worker;
 use crate::grpc::convert::{bytes_of, channel_of, tags_from_map};
 use crate::grpc::pb;
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
-use crate::runtime::msg::{CoreMsg, StartAt, SubRef, Ticket};
+use crate::mesh::msg::{CoreMsg, StartAt, SubRef, Ticket};
 use crate::grpc::bridge::Confirmation;
 use crate::telemetry::Counted;
 use std::collections::VecDeque;

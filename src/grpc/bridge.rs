@@ -6,8 +6,8 @@
 //! send an operation with a ticket and await its `Done` — a queue send is reported only once its
 //! owner has appended it, a subscription only once it is live.
 use crate::model::{Channel, Pattern};
-use crate::runtime::handle::ArrayHandle;
-use crate::runtime::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Ticket};
+use crate::mesh::handle::ArrayHandle;
+use crate::mesh::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Ticket};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -10,7 +10,7 @@ use super::bridge::Bridge;
 use super::pb;
 use crate::model::{now_unix_ns, Pattern};
 use crate::route::Filter;
-use crate::runtime::msg::{ChannelStats, CoreMsg};
+use crate::mesh::msg::{ChannelStats, CoreMsg};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;

@@ -3,7 +3,7 @@
 //! `Metadata` is kept as is, so seed 000's header ⇄ tag rules hold across protocols.
 use super::pb;
 use crate::model::{Channel, Message, Tags};
-use crate::runtime::msg::Pulled;
+use crate::mesh::msg::Pulled;
 use bytes::Bytes;
 use md5::{Digest, Md5};
 use std::collections::HashMap;
@@ -117,8 +117,8 @@ fn md5_hex(body: &[u8]) -> String {
 
 /// A responder's answer as the array carries it (from `SendResponse`, or from the array's reply
 /// to a remote gateway's `SendRequest`).
-pub fn outcome_of_response(r: pb::Response) -> crate::runtime::msg::RpcOutcome {
-    crate::runtime::msg::RpcOutcome::Response {
+pub fn outcome_of_response(r: pb::Response) -> crate::mesh::msg::RpcOutcome {
+    crate::mesh::msg::RpcOutcome::Response {
         executed: r.executed,
         error: bytes_of(r.error),
         metadata: bytes_of(r.metadata),

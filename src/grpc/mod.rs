@@ -32,7 +32,7 @@ pub mod pb {
     tonic::include_proto!("kubemq");
 }
 
-use crate::runtime::handle::ArrayHandle;
+use crate::mesh::handle::ArrayHandle;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::sync::oneshot;

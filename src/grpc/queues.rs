@@ -12,7 +12,7 @@ use super::convert::{self, Incoming};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
-use crate::runtime::msg::{CoreMsg, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
+use crate::mesh::msg::{CoreMsg, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -479,7 +479,7 @@ pub async fn info(b: &Bridge, r: pb::QueuesInfoRequest) -> pb::QueuesInfoRespons
     let mut queues = Vec::new();
     for core in 0..b.array.cores() {
         let (tx, rx) = oneshot::channel();
-        let reply = Box::new(move |stats: Vec<crate::runtime::msg::ChannelStats>| {
+        let reply = Box::new(move |stats: Vec<crate::mesh::msg::ChannelStats>| {
             let _ = tx.send(stats);
         });
         if b.array.send(core, CoreMsg::ListChannels { pattern: Pattern::Queues, reply }) {

@@ -12,7 +12,7 @@ use super::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
 use super::stream::UnboundedStream;
 use super::{pb, validate, BoxStream};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
-use crate::runtime::msg::{CoreId, CoreMsg, ExternalSink, ResponderFn, RpcOutcome, RpcRequest, SubRef};
+use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, ResponderFn, RpcOutcome, RpcRequest, SubRef};
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! | `StreamQueueMessage` (legacy; no current SDK calls it) | `UNIMPLEMENTED` at once, without reading the request stream |
 use super::bridge::{Bridge, Limits};
 use super::{events, pb, queues, rpc, BoxStream};
-use crate::runtime::handle::ArrayHandle;
+use crate::mesh::handle::ArrayHandle;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::{Request, Response, Status, Streaming};

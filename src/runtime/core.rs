@@ -1,6 +1,6 @@
 //! One core: its connections, its array shard, and its end of the channel mesh. Everything
 //! here is owned by one executor thread; `RefCell` borrows are never held across `.await`.
-use super::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Settle, Ticket};
+use crate::mesh::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Settle, Ticket};
 use crate::array::{Outbox, Shard};
 use crate::config::Config;
 use crate::conn::{Conn, Delivery};

@@ -8,13 +8,12 @@
 //! a blocking receive or polling on the executor thread.
 pub mod core;
 pub mod event;
-pub mod handle;
-pub mod msg;
 
 use crate::config::Config;
 use crate::conn;
 use self::core::{Core, Shared};
-use self::msg::CoreMsg;
+use crate::mesh::handle::ArrayHandle;
+use crate::mesh::msg::CoreMsg;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::net::SocketAddr;
@@ -33,7 +32,7 @@ pub struct Server {
     stomp_addr: SocketAddr,
     shared: Arc<Shared>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
-    array: handle::ArrayHandle,
+    array: ArrayHandle,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +61,7 @@ impl Server {
         // peer id only when they join the mesh, so each picks its receiver from a shared list.
         let (foreign_txs, foreign_rxs): (Vec<_>, Vec<_>) = (0..cores).map(|_| flume::unbounded::<CoreMsg>()).unzip();
         let foreign_rxs = Arc::new(std::sync::Mutex::new(foreign_rxs.into_iter().map(Some).collect::<Vec<_>>()));
-        let array = handle::ArrayHandle::new(foreign_txs);
+        let array = ArrayHandle::new(foreign_txs);
         for &cpu in cfg.cpus.iter() {
             let (cfg, shared, mesh, ready_tx) = (Arc::clone(&cfg), Arc::clone(&shared), mesh.clone(), ready_tx.clone());
             let (foreign_rxs, array) = (Arc::clone(&foreign_rxs), array.clone());
@@ -99,7 +98,7 @@ impl Server {
     }
 
     /// The array API for callers outside the cores (gRPC server, tests).
-    pub fn array(&self) -> handle::ArrayHandle {
+    pub fn array(&self) -> ArrayHandle {
         self.array.clone()
     }
 
@@ -236,7 +235,7 @@ async fn run_core(
     shared: Arc<Shared>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     foreign_rxs: Arc<std::sync::Mutex<Vec<Option<flume::Receiver<CoreMsg>>>>>,
-    array: handle::ArrayHandle,
+    array: ArrayHandle,
     addr: SocketAddr,
     ready: std::sync::mpsc::Sender<Result<(), StartError>>,
 ) {

@@ -17,7 +17,7 @@ use crate::conn::{parse_queue_message_id, AckMode, Conn, LocalSub};
 use crate::model::{now_unix_ns, Message, Pattern};
 use crate::route::{headers_to_tags, parse_destination, DestinationError, Intent};
 use crate::runtime::core::Core;
-use crate::runtime::msg::{CoreMsg, RpcRequest, Settle, StartAt, SubRef};
+use crate::mesh::msg::{CoreMsg, RpcRequest, Settle, StartAt, SubRef};
 use crate::stomp::negotiate::{negotiate_heart_beat, negotiate_version, parse_heart_beat};
 use crate::stomp::{Command, Decoder, Frame, Version, WireError};
 use ahash::AHashMap;
@@ -484,7 +484,7 @@ fn queue_settle(core: &Rc<Core>, conn: &Conn, next: PendingSettle) {
 }
 
 /// Sends the pending settle, if any, with `done` confirming it.
-fn send_settles(core: &Rc<Core>, conn: &Conn, done: Option<crate::runtime::msg::Ticket>) {
+fn send_settles(core: &Rc<Core>, conn: &Conn, done: Option<crate::mesh::msg::Ticket>) {
     let pending = conn.session.borrow_mut().pending_settle.take();
     if let Some(p) = pending {
         core.dispatch(p.owner, CoreMsg::QueueSettle { channel: p.channel, sub: p.sub, tags: p.tags, action: p.action, done });

@@ -1,6 +1,6 @@
 //! `x-kubemq-start` on an Events-Store SUBSCRIBE (stomp-decisions.md): `new-only` (default),
 //! `first`, `last`, `sequence:N`, `time:RFC3339-or-unix-seconds`, `time-delta:SECONDS`.
-use crate::runtime::msg::StartAt;
+use crate::mesh::msg::StartAt;
 
 /// Parses the header value; `None` = malformed. `now_ns` anchors `time-delta`.
 pub fn parse_start(value: &[u8], now_ns: i64) -> Option<StartAt> {

@@ -68,7 +68,7 @@ impl TestServer {
     }
 
     /// The array: this gateway's own, or in remote mode gateway A's.
-    pub fn array(&self) -> stompgate::runtime::handle::ArrayHandle {
+    pub fn array(&self) -> stompgate::mesh::handle::ArrayHandle {
         match &self.remote {
             Some((array, _)) => array.array(),
             None => self.server().array(),
@@ -421,7 +421,7 @@ pub mod flow {
     use std::sync::Arc;
     use std::time::Duration;
     use stompgate::model::{now_unix_ns, Channel, Message, Pattern, Tags};
-    use stompgate::runtime::msg::{CoreMsg, ResponderFn, RpcRequest};
+    use stompgate::mesh::msg::{CoreMsg, ResponderFn, RpcRequest};
 
     /// How long a test waits to be sure nothing (more) arrives.
     pub const QUIET: Duration = Duration::from_millis(300);

@@ -25,7 +25,7 @@ impl ArrayHandle {
 
     /// The core that owns (pattern, channel).
     pub fn owner_of(&self, pattern: Pattern, channel: &Channel) -> CoreId {
-        crate::array::owner_of(pattern, channel, self.txs.len())
+        super::topology::owner_of(pattern, channel, self.txs.len())
     }
 
     /// Sends to one core. False if that core has stopped.
