@@ -13,6 +13,8 @@ pub mod route;
 pub mod stomp;
 pub mod array;
 pub mod conn;
+pub mod delivery;
+pub mod engine;
 pub mod runtime;
 pub mod grpc;
 pub mod egress;

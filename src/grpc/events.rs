@@ -140,7 +140,7 @@ pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>) -> 
 
 /// How long a delivery may stay parked in a full gRPC subscriber before it is dropped (the
 /// STOMP side's `SLOW_SUBSCRIBER_GRACE`; KubeMQ's 2 s rule).
-const PARK_GRACE: Duration = crate::conn::SLOW_SUBSCRIBER_GRACE;
+const PARK_GRACE: Duration = crate::delivery::SLOW_SUBSCRIBER_GRACE;
 /// How often a subscriber with parked deliveries is checked for ones past [`PARK_GRACE`] even
 /// when its client reads nothing.
 const PARK_SWEEP: Duration = Duration::from_millis(100);

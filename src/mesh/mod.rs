@@ -4,4 +4,5 @@
 //! here runs a task or owns a socket.
 pub mod handle;
 pub mod msg;
+pub mod op;
 pub mod topology;

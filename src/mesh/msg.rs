@@ -244,14 +244,49 @@ pub enum CoreMsg {
     QueueDeliver { sub: SubRef, owner: CoreId, tag: u64, msg: Arc<Message>, redelivered: bool },
     /// The answer to a request, for the requester's `/reply/` subscription.
     RpcReply { reply_to: SubRef, pattern: Pattern, correlation_id: Option<Bytes>, outcome: Box<RpcOutcome> },
-    /// One confirmation for a ticket; `more` further confirmations will follow (an events
-    /// publish answers with the number of cores it delivered to).
+    /// A core finished the work behind a ticket (its *announcement*, see
+    /// `engine::completion`); `more` parts will follow from other cores (an events publish:
+    /// one `Delivered` per core it delivers on). Never dropped.
     Done { ticket: Ticket, more: u32 },
+    /// One announced part of a ticket: a core that delivered an events publish has every
+    /// subscription's frame in its write queue (or lost to the slow-subscriber rule). Sent to
+    /// the ticket's core; may arrive before the announcement. Never dropped.
+    Delivered { ticket: Ticket },
     /// The operation behind a ticket failed for good (remote array mode: never confirmed).
     Failed { ticket: Ticket },
     /// An external sink took or dropped a delivery it had parked while holding `ticket` (see
     /// `ExternalSink::deliver`); sent to the core that delivered it.
     SinkSettled { ticket: Ticket },
+}
+
+impl CoreMsg {
+    /// The variant's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CoreMsg::Publish { .. } => "Publish",
+            CoreMsg::QueueSend { .. } => "QueueSend",
+            CoreMsg::Subscribe { .. } => "Subscribe",
+            CoreMsg::Unsubscribe { .. } => "Unsubscribe",
+            CoreMsg::QueueSettle { .. } => "QueueSettle",
+            CoreMsg::QueuePull(_) => "QueuePull",
+            CoreMsg::RpcRequest(_) => "RpcRequest",
+            CoreMsg::RpcResponse { .. } => "RpcResponse",
+            CoreMsg::RegisterResponder { .. } => "RegisterResponder",
+            CoreMsg::UnregisterResponder { .. } => "UnregisterResponder",
+            CoreMsg::AttachSink { .. } => "AttachSink",
+            CoreMsg::DetachSink { .. } => "DetachSink",
+            CoreMsg::DeleteChannel { .. } => "DeleteChannel",
+            CoreMsg::ListChannels { .. } => "ListChannels",
+            CoreMsg::Barrier(_) => "Barrier",
+            CoreMsg::Deliver { .. } => "Deliver",
+            CoreMsg::QueueDeliver { .. } => "QueueDeliver",
+            CoreMsg::RpcReply { .. } => "RpcReply",
+            CoreMsg::Done { .. } => "Done",
+            CoreMsg::Delivered { .. } => "Delivered",
+            CoreMsg::Failed { .. } => "Failed",
+            CoreMsg::SinkSettled { .. } => "SinkSettled",
+        }
+    }
 }
 
 // Messages are moved through fixed-size rings: keep them small (bodies travel as shared `Arc`s).

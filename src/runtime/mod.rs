@@ -6,12 +6,11 @@
 //! single-consumer rings (lock-free), and a receiver parked in its executor is woken through
 //! io_uring (eventfd), so an idle core sleeps instead of polling. crossbeam-channel would need
 //! a blocking receive or polling on the executor thread.
-pub mod core;
-pub mod event;
 
 use crate::config::Config;
 use crate::conn;
-use self::core::{Core, Shared};
+use crate::engine::metrics::Shared;
+use crate::engine::Core;
 use crate::mesh::handle::ArrayHandle;
 use crate::mesh::msg::CoreMsg;
 use glommio::channels::channel_mesh::MeshBuilder;
@@ -359,17 +358,16 @@ async fn run_core(
 /// Graceful stop: every connection gets `ERROR server shutting down` and is closed; closing
 /// releases its subscriptions, which requeues unacknowledged queue messages.
 async fn shutdown_connections(core: &Rc<Core>) {
-    let conns: Vec<_> = core.conns.borrow().values().cloned().collect();
-    for conn in &conns {
-        conn.fail(core, crate::stomp::WireError::ShuttingDown, None);
+    for endpoint in core.all_endpoints() {
+        endpoint.shut_down(core);
     }
     let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
-    while !core.conns.borrow().is_empty() && std::time::Instant::now() < deadline {
+    while core.endpoint_count() > 0 && std::time::Instant::now() < deadline {
         core.drain_local();
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
-    for conn in core.conns.borrow().values() {
-        conn.kill();
+    for endpoint in core.all_endpoints() {
+        endpoint.kill();
     }
     core.drain_local();
 }

@@ -1,107 +1,564 @@
-//! One connection's STOMP protocol logic: the CONNECT handshake, then SEND, SUBSCRIBE,
-//! UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT and DISCONNECT, turned into array operations
-//! (`CoreMsg`s to owner cores) and frames for the client.
+//! One connection's STOMP protocol state machine, with no socket, executor or core in sight:
+//! [`Session::handle`] takes a decoded frame and appends [`Action`]s — work for the array
+//! ([`ArrayOp`]s), frames to write (CONNECTED, RECEIPT, ERROR), close — which the connection
+//! (`conn/`) carries out. What comes back from the array (completions, deliveries) updates the
+//! same state through the methods below.
 //!
 //! | client frame | handled here as                                                      |
 //! |--------------|-----------------------------------------------------------------------|
 //! | CONNECT/STOMP| version + heart-beat negotiation, MaxConnections, CONNECTED            |
-//! | SEND         | route → Publish / QueueSend / RpcRequest to the channel's owner core   |
-//! | SUBSCRIBE    | local subscription + Subscribe to the owner (wildcards: every core)   |
+//! | SEND         | route → Publish / QueueSend / Request                                 |
+//! | SUBSCRIBE    | a [`Subscription`] + Subscribe (`/reply/`: local only)                |
 //! | UNSUBSCRIBE  | Unsubscribe (queues requeue what the subscription held)              |
-//! | ACK / NACK   | QueueSettle for queue deliveries; a no-op for events                  |
+//! | ACK / NACK   | Settle for queue deliveries, merged per read batch; a no-op for events|
 //! | BEGIN…       | SEND/ACK/NACK with `transaction` held until COMMIT, dropped on ABORT  |
-//! | DISCONNECT   | Barrier to every core, RECEIPT once all earlier work is confirmed     |
+//! | DISCONNECT   | Barrier, RECEIPT once all earlier work is confirmed, then close      |
 //!
-//! Errors become a `WireError` through `Conn::fail`, which writes ERROR and closes.
-use crate::conn::{parse_queue_message_id, AckMode, Conn, LocalSub};
-use crate::model::{now_unix_ns, Message, Pattern};
+//! Every error becomes a `WireError` (the closed vocabulary) through [`Session::fail`].
+pub mod message_id;
+pub mod receipts;
+pub mod start;
+pub mod subscription;
+#[cfg(test)]
+mod tests;
+
+use crate::config::Config;
+use crate::mesh::msg::{Settle, StartAt, Ticket};
+use crate::mesh::op::ArrayOp;
+use crate::model::{Channel, Message, Pattern};
 use crate::route::{headers_to_tags, parse_destination, DestinationError, Intent};
-use crate::runtime::core::Core;
-use crate::mesh::msg::{CoreMsg, RpcRequest, Settle, StartAt, SubRef};
 use crate::stomp::negotiate::{negotiate_heart_beat, negotiate_version, parse_heart_beat};
-use crate::stomp::{Command, Decoder, Frame, Version, WireError};
+use crate::stomp::{Command, Frame, Version, WireError};
 use ahash::AHashMap;
 use bytes::Bytes;
-use std::rc::Rc;
-use std::sync::atomic::Ordering;
+use receipts::{Due, Receipts};
 use std::sync::Arc;
+pub use subscription::{AckMode, ParkedEvent, Subscription, Subscriptions};
 
-pub mod start;
-
-/// Protocol state that only frame handling touches.
-#[derive(Default)]
-pub struct Session {
-    /// Client subscription `id` → local subscription number.
-    subs_by_id: AHashMap<Bytes, u32>,
-    next_sub: u32,
-    /// `/reply/<name>` channel → its local subscription numbers (oldest first); replies go to
-    /// the first, and the name stays usable while any of them remains.
-    reply_subs: AHashMap<Bytes, Vec<u32>>,
-    /// Open transactions and the frames they hold.
-    txs: AHashMap<Bytes, Vec<Frame>>,
-    client_id: Bytes,
-    /// ACKs/NACKs read but not yet sent to their owner core (see `PendingSettle`).
-    pending_settle: Option<PendingSettle>,
+/// What the session needs from the process around it.
+pub trait Host {
+    /// Client connections open in the process now (MaxConnections).
+    fn open_connections(&self) -> usize;
+    /// A process-unique message id.
+    fn new_message_id(&self) -> Bytes;
+    /// Wall-clock time, Unix nanoseconds.
+    fn now_ns(&self) -> i64;
 }
 
-/// Consecutive ACKs (or NACKs) of one subscription, merged into one `QueueSettle`: a consumer
-/// that acknowledges every message then costs its owner one mesh message per read batch
+/// What the connection must do, in order.
+#[derive(Debug)]
+pub enum Action {
+    /// Write CONNECTED; decode with `version` and run heart-beats at `heart_beat` (ms:
+    /// send every, expect every) from now on.
+    Connected { version: Version, heart_beat: (u64, u64), advertised: (u64, u64), session: Bytes },
+    /// Submit work to the array; `done` is completed (or failed) back through
+    /// [`Session::completed`] / [`Session::failed`].
+    Array { op: ArrayOp, done: Option<u64> },
+    /// A parked delivery died with its subscription: its publisher's ticket is owed a
+    /// confirmation.
+    SettleParked(Ticket),
+    Receipt(Bytes),
+    /// Write ERROR, then close.
+    Error { error: WireError, receipt: Option<Bytes> },
+    /// Write what is queued, then close (DISCONNECT).
+    Close,
+}
+
+/// Where the session is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Only CONNECT or STOMP is accepted.
+    AwaitingConnect,
+    Connected,
+    /// An ERROR is queued behind owed receipts (or written): no frame is handled any more.
+    Failing,
+    /// DISCONNECT was handled: its receipt (if any) is the last frame.
+    Disconnecting,
+}
+
+type Handled = Result<(), (WireError, Option<Bytes>)>;
+
+pub struct Session {
+    cfg: Arc<Config>,
+    state: State,
+    version: Version,
+    /// `stompgate-<core>-<conn>`: the CONNECTED `session` header, and the client id without `login`.
+    session_id: Bytes,
+    client_id: Bytes,
+    pub subs: Subscriptions,
+    /// Open transactions and the frames they hold.
+    txs: AHashMap<Bytes, Vec<Frame>>,
+    receipts: Receipts,
+    /// ACKs/NACKs read but not yet sent (see [`PendingSettle`]).
+    pending_settle: Option<PendingSettle>,
+    /// Commands/Queries requests awaiting their reply.
+    rpc_pending: usize,
+}
+
+/// Consecutive ACKs (or NACKs) of one subscription, merged into one Settle: a consumer that
+/// acknowledges every message then costs its queue's owner one operation per read batch
 /// instead of one per ACK. Sent before any other frame is handled (so UNSUBSCRIBE, COMMIT's
-/// and DISCONNECT's barriers and every receipt see it applied), at the end of each read batch,
-/// and when the connection is released.
+/// and DISCONNECT's barriers and every receipt see it applied), at the end of each read
+/// batch ([`Session::end_of_batch`]) and on release.
 struct PendingSettle {
-    owner: usize,
-    channel: crate::model::Channel,
-    sub: SubRef,
+    sub: u32,
+    channel: Channel,
     action: Settle,
     tags: Vec<u64>,
 }
 
-/// Handles one frame. Returns false when the connection must stop reading (ERROR sent, or
-/// DISCONNECT).
-pub fn handle_frame(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, decoder: &mut Decoder) -> bool {
-    if !conn.connected.get() {
-        return match frame.command {
-            Command::Connect | Command::Stomp => on_connect(core, conn, &frame, decoder),
-            _ => {
-                conn.fail(core, WireError::NotConnected, frame.headers.get(b"receipt").map(|r| &r[..]));
-                false
-            }
-        };
+impl Session {
+    pub fn new(cfg: Arc<Config>, session_id: Bytes) -> Session {
+        Session {
+            cfg,
+            state: State::AwaitingConnect,
+            version: Version::V1_0,
+            client_id: session_id.clone(),
+            session_id,
+            subs: Subscriptions::default(),
+            txs: AHashMap::new(),
+            receipts: Receipts::default(),
+            pending_settle: None,
+            rpc_pending: 0,
+        }
     }
-    handle_connected(core, conn, frame, false)
-}
 
-fn handle_connected(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, from_commit: bool) -> bool {
-    if !matches!(frame.command, Command::Ack | Command::Nack) {
-        flush_settles(core, conn);
+    pub fn state(&self) -> State {
+        self.state
     }
-    let result = match frame.command {
-        Command::Send => on_send(core, conn, frame, from_commit),
-        Command::Subscribe => on_subscribe(core, conn, &frame),
-        Command::Unsubscribe => on_unsubscribe(core, conn, &frame),
-        Command::Ack => on_settle(core, conn, frame, false, from_commit),
-        Command::Nack => on_settle(core, conn, frame, true, from_commit),
-        Command::Begin => on_begin(core, conn, &frame),
-        Command::Commit => on_commit(core, conn, &frame),
-        Command::Abort => on_abort(core, conn, &frame),
-        Command::Disconnect => {
-            on_disconnect(core, conn, &frame);
+
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    pub fn client_id(&self) -> &Bytes {
+        &self.client_id
+    }
+
+    /// Whether new deliveries are still written (not once an ERROR or the close is queued).
+    pub fn is_open(&self) -> bool {
+        self.state == State::Connected
+    }
+
+    /// Whether receipts or an ERROR are still owed: the connection must not close before.
+    pub fn owes_frames(&self) -> bool {
+        !self.receipts.is_empty()
+    }
+
+    /// Handles one frame. Returns false when the connection must stop reading (ERROR queued,
+    /// or DISCONNECT).
+    pub fn handle(&mut self, frame: Frame, host: &dyn Host, out: &mut Vec<Action>) -> bool {
+        match self.state {
+            State::AwaitingConnect => match frame.command {
+                Command::Connect | Command::Stomp => self.on_connect(&frame, host, out),
+                _ => {
+                    self.fail(WireError::NotConnected, receipt_of(&frame), out);
+                    false
+                }
+            },
+            State::Connected => self.handle_connected(frame, host, false, out),
+            State::Failing | State::Disconnecting => false,
+        }
+    }
+
+    /// The read batch is over: send the ACKs/NACKs merged so far.
+    pub fn end_of_batch(&mut self, out: &mut Vec<Action>) {
+        self.flush_settles(out);
+    }
+
+    /// Fails the connection with `err`: ERROR (echoing `receipt`) and close, after the
+    /// receipts still owed (shutdown does not wait: the array may be gone already).
+    pub fn fail(&mut self, err: WireError, receipt: Option<Bytes>, out: &mut Vec<Action>) {
+        if self.state == State::Failing {
+            return;
+        }
+        self.state = State::Failing;
+        if err != WireError::ShuttingDown && !self.receipts.is_empty() {
+            self.receipts.expect_error(err, receipt);
+            self.take_due(out);
+        } else {
+            self.receipts.clear();
+            out.push(Action::Error { error: err, receipt });
+        }
+    }
+
+    /// The array completed the operation behind `token`.
+    pub fn completed(&mut self, token: u64, out: &mut Vec<Action>) {
+        self.receipts.complete(token);
+        self.take_due(out);
+    }
+
+    /// The operation behind `token` failed for good (the remote array never confirmed it).
+    pub fn failed(&mut self, token: u64, out: &mut Vec<Action>) {
+        self.receipts.fail(token);
+        self.take_due(out);
+    }
+
+    /// A Commands/Queries reply (or its failure) arrived.
+    pub fn rpc_replied(&mut self) {
+        self.rpc_pending = self.rpc_pending.saturating_sub(1);
+    }
+
+    /// The connection stopped reading: give back what it held (subscriptions, whose queue
+    /// messages are requeued; transactions, aborted). ACKs read before still count, first.
+    pub fn release(&mut self, out: &mut Vec<Action>) {
+        self.flush_settles(out);
+        for n in self.subs.numbers() {
+            self.drop_subscription(n, None, out);
+        }
+        self.txs.clear();
+    }
+
+    fn take_due(&mut self, out: &mut Vec<Action>) {
+        let mut due = Vec::new();
+        self.receipts.take_due(&mut due);
+        for d in due {
+            out.push(match d {
+                Due::Receipt(r) => Action::Receipt(r),
+                Due::Error(error, receipt) => Action::Error { error, receipt },
+                Due::Close => Action::Close,
+            });
+        }
+    }
+
+    /// A RECEIPT for work already complete (still written in frame order).
+    fn receipt_now(&mut self, frame: &Frame, out: &mut Vec<Action>) {
+        if let Some(r) = receipt_of(frame) {
+            self.receipts.expect(Some(r), false, false);
+            self.take_due(out);
+        }
+    }
+
+    /// A token for `frame`'s RECEIPT that waits for the array, if the frame asks for one.
+    fn receipt_token(&mut self, frame: &Frame) -> Option<u64> {
+        receipt_of(frame).map(|r| self.receipts.expect(Some(r), true, false))
+    }
+
+    fn on_connect(&mut self, frame: &Frame, host: &dyn Host, out: &mut Vec<Action>) -> bool {
+        let h = &frame.headers;
+        let Some(version) = negotiate_version(h.get(b"accept-version").map(|v| &v[..])) else {
+            self.fail(WireError::UnsupportedVersion, None, out);
+            return false;
+        };
+        let max = self.cfg.max_connections;
+        if max > 0 && host.open_connections() > max {
+            self.fail(WireError::TooManyConnections, None, out);
             return false;
         }
-        // A second CONNECT, or a server frame sent by a client.
-        _ => Err((WireError::MalformedFrame, receipt_of(&frame))),
-    };
-    match result {
-        Ok(()) => true,
-        Err((err, receipt)) => {
-            conn.fail(core, err, receipt.as_deref());
-            false
+        let (client_hb, advertised) = if version == Version::V1_0 {
+            ((0, 0), (0, 0))
+        } else {
+            match parse_heart_beat(h.get(b"heart-beat").map(|v| &v[..])) {
+                Ok(hb) => (hb, (self.cfg.heartbeat_ms, self.cfg.heartbeat_ms)),
+                Err(()) => {
+                    self.fail(WireError::MalformedFrame, None, out);
+                    return false;
+                }
+            }
+        };
+        self.version = version;
+        self.state = State::Connected;
+        if let Some(login) = h.get(b"login").filter(|l| !l.is_empty()) {
+            self.client_id = login.clone();
+        }
+        out.push(Action::Connected { version, heart_beat: negotiate_heart_beat(client_hb, advertised), advertised, session: self.session_id.clone() });
+        true
+    }
+
+    fn handle_connected(&mut self, frame: Frame, host: &dyn Host, from_commit: bool, out: &mut Vec<Action>) -> bool {
+        if !matches!(frame.command, Command::Ack | Command::Nack) {
+            self.flush_settles(out);
+        }
+        let result = match frame.command {
+            Command::Send => self.on_send(frame, host, from_commit, out),
+            Command::Subscribe => self.on_subscribe(&frame, host, out),
+            Command::Unsubscribe => self.on_unsubscribe(&frame, out),
+            Command::Ack => self.on_settle(frame, Settle::Ack, from_commit, out),
+            Command::Nack => self.on_settle(frame, Settle::Nack, from_commit, out),
+            Command::Begin => self.on_begin(&frame, out),
+            Command::Commit => self.on_commit(&frame, host, out),
+            Command::Abort => self.on_abort(&frame, out),
+            Command::Disconnect => {
+                self.on_disconnect(&frame, out);
+                return false;
+            }
+            // A second CONNECT, or a server frame sent by a client.
+            _ => Err((WireError::MalformedFrame, receipt_of(&frame))),
+        };
+        match result {
+            Ok(()) => self.state == State::Connected,
+            Err((err, receipt)) => {
+                self.fail(err, receipt, out);
+                false
+            }
+        }
+    }
+
+    /// Holds `frame` in its transaction, if it names one. `Ok(true)` = held.
+    fn hold_in_transaction(&mut self, frame: &Frame, from_commit: bool) -> Result<bool, (WireError, Option<Bytes>)> {
+        if from_commit {
+            return Ok(false);
+        }
+        let Some(tx) = frame.headers.get(b"transaction") else { return Ok(false) };
+        match self.txs.get_mut(tx) {
+            Some(held) => {
+                held.push(frame.clone());
+                Ok(true)
+            }
+            None => Err((WireError::UnknownTransaction, receipt_of(frame))),
+        }
+    }
+
+    fn on_send(&mut self, frame: Frame, host: &dyn Host, from_commit: bool, out: &mut Vec<Action>) -> Handled {
+        let Some(raw) = frame.headers.get(b"destination") else { return reject(&frame, WireError::MalformedFrame) };
+        let dest = parse_destination(raw, self.cfg.default_pattern, Intent::Send).map_err(|e| (destination_error(e), receipt_of(&frame)))?;
+        let tags = headers_to_tags(&frame.headers).map_err(|_| (WireError::FrameTooLarge, receipt_of(&frame)))?;
+        // Validated now, so a bad frame fails at SEND time even inside a transaction.
+        if self.hold_in_transaction(&frame, from_commit)? {
+            self.receipt_now(&frame, out);
+            return Ok(());
+        }
+        let msg = Message {
+            id: host.new_message_id(),
+            channel: dest.channel,
+            client_id: self.client_id.clone(),
+            metadata: Bytes::new(),
+            body: frame.body.clone(),
+            tags,
+            timestamp_ns: host.now_ns(),
+            sequence: 0,
+        };
+        match dest.pattern {
+            Pattern::Events | Pattern::EventsStore => {
+                let done = self.receipt_token(&frame);
+                out.push(Action::Array { op: ArrayOp::Publish { pattern: dest.pattern, msg: Arc::new(msg) }, done });
+            }
+            Pattern::Queues => {
+                let done = self.receipt_token(&frame);
+                out.push(Action::Array { op: ArrayOp::QueueSend { msg: Arc::new(msg) }, done });
+            }
+            Pattern::Commands | Pattern::Queries => {
+                let reply_sub = self.rpc_reply_sub(&frame)?;
+                if self.rpc_pending >= self.cfg.rpc_max_pending {
+                    return reject(&frame, WireError::TooManyPending);
+                }
+                let max_ms = self.cfg.rpc_timeout_s.saturating_mul(1000);
+                let timeout_ms = match frame.headers.get_str(b"timeout") {
+                    None => max_ms,
+                    Some(t) => match t.trim().parse::<u64>() {
+                        Ok(0) => max_ms,
+                        Ok(ms) => ms.min(max_ms),
+                        Err(_) => return reject(&frame, WireError::MalformedFrame),
+                    },
+                };
+                self.rpc_pending += 1;
+                let correlation_id = frame.headers.get(b"correlation-id").cloned();
+                out.push(Action::Array { op: ArrayOp::Request { pattern: dest.pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id }, done: None });
+                self.receipt_now(&frame, out);
+            }
+            Pattern::Reply => unreachable!("the router refuses SEND to /reply/"),
+        }
+        Ok(())
+    }
+
+    /// The `/reply/` subscription a request's `reply-to` names (seed 003: required, and it
+    /// must be an active subscription of this connection).
+    fn rpc_reply_sub(&self, frame: &Frame) -> Result<u32, (WireError, Option<Bytes>)> {
+        let Some(reply_to) = frame.headers.get(b"reply-to") else { return Err((WireError::MissingReplyTo, receipt_of(frame))) };
+        let not_subscribed = || (WireError::ReplyToNotSubscribed, receipt_of(frame));
+        let dest = parse_destination(reply_to, self.cfg.default_pattern, Intent::Subscribe).map_err(|_| not_subscribed())?;
+        if dest.pattern != Pattern::Reply {
+            return Err(not_subscribed());
+        }
+        self.subs.reply_target(&dest.channel.0).ok_or_else(not_subscribed)
+    }
+
+    fn on_subscribe(&mut self, frame: &Frame, host: &dyn Host, out: &mut Vec<Action>) -> Handled {
+        let h = &frame.headers;
+        let Some(raw) = h.get(b"destination") else { return reject(frame, WireError::MalformedFrame) };
+        let id = match (h.get(b"id"), self.version) {
+            (Some(id), _) => id.clone(),
+            (None, Version::V1_0) => raw.clone(),
+            (None, _) => return reject(frame, WireError::MalformedFrame),
+        };
+        let ack = match h.get(b"ack").map(|a| &a[..]) {
+            None | Some(b"auto") => AckMode::Auto,
+            Some(b"client") => AckMode::Client,
+            Some(b"client-individual") => AckMode::ClientIndividual,
+            Some(_) => return reject(frame, WireError::MalformedFrame),
+        };
+        let dest = parse_destination(raw, self.cfg.default_pattern, Intent::Subscribe).map_err(|e| (destination_error(e), receipt_of(frame)))?;
+        let start = match (dest.pattern, h.get(b"x-kubemq-start")) {
+            (Pattern::EventsStore, Some(v)) => match start::parse_start(v, host.now_ns()) {
+                Some(s) => s,
+                None => return reject(frame, WireError::MalformedFrame),
+            },
+            _ => StartAt::NewOnly,
+        };
+        let group = match dest.pattern {
+            Pattern::Events | Pattern::EventsStore => h.get(b"x-kubemq-group").filter(|g| !g.is_empty()).cloned(),
+            _ => None,
+        };
+        let sub = Subscription::new(id, dest.pattern, dest.channel.clone(), dest.wildcard, ack);
+        let Some(n) = self.subs.add(sub) else { return reject(frame, WireError::DuplicateSubscription) };
+        if dest.pattern == Pattern::Reply {
+            // Connection-local: no array, nothing to wait for.
+            self.receipt_now(frame, out);
+            return Ok(());
+        }
+        let done = self.receipt_token(frame);
+        let prefetch = u32::try_from(self.cfg.sub_buff_size).unwrap_or(u32::MAX);
+        let op = ArrayOp::Subscribe { sub: n, pattern: dest.pattern, channel: dest.channel, wildcard: dest.wildcard, group, start, prefetch };
+        out.push(Action::Array { op, done });
+        Ok(())
+    }
+
+    /// Removes subscription `n` and, unless it is a local `/reply/` one, tells the array
+    /// (with `done` confirming it). Returns whether the array was told.
+    fn drop_subscription(&mut self, n: u32, done: Option<u64>, out: &mut Vec<Action>) -> bool {
+        let Some(mut sub) = self.subs.remove(n) else { return false };
+        // Parked deliveries die with the subscription; receipts waiting on them must not.
+        out.extend(sub.parked.drain().filter_map(|p| p.ticket).map(Action::SettleParked));
+        if sub.pattern == Pattern::Reply {
+            return false;
+        }
+        out.push(Action::Array { op: ArrayOp::Unsubscribe { sub: n, pattern: sub.pattern, channel: sub.channel, wildcard: sub.wildcard }, done });
+        true
+    }
+
+    fn on_unsubscribe(&mut self, frame: &Frame, out: &mut Vec<Action>) -> Handled {
+        let h = &frame.headers;
+        let id = match (h.get(b"id"), self.version) {
+            (Some(id), _) => id,
+            (None, Version::V1_0) => match h.get(b"destination") {
+                Some(d) => d,
+                None => return reject(frame, WireError::MalformedFrame),
+            },
+            (None, _) => return reject(frame, WireError::MalformedFrame),
+        };
+        let Some(n) = self.subs.number_of(id) else { return reject(frame, WireError::UnknownSubscription) };
+        let local = self.subs.get(n).is_some_and(|s| s.pattern == Pattern::Reply);
+        if local {
+            self.drop_subscription(n, None, out);
+            self.receipt_now(frame, out);
+        } else {
+            let done = self.receipt_token(frame);
+            self.drop_subscription(n, done, out);
+        }
+        Ok(())
+    }
+
+    /// ACK (`Settle::Ack`) or NACK (`Settle::Nack`).
+    fn on_settle(&mut self, frame: Frame, action: Settle, from_commit: bool, out: &mut Vec<Action>) -> Handled {
+        let h = &frame.headers;
+        let id = match self.version {
+            Version::V1_2 => h.get(b"id"),
+            _ => h.get(b"message-id"),
+        };
+        let Some(id) = id.cloned() else { return reject(&frame, WireError::MalformedFrame) };
+        if self.hold_in_transaction(&frame, from_commit)? {
+            self.receipt_now(&frame, out);
+            return Ok(());
+        }
+        // Anything that is not a queue delivery id (events, events-store: ACKs are no-ops), or
+        // a delivery this connection no longer holds (requeued by a timeout), is acknowledged
+        // as is.
+        let settle = message_id::parse_queue(&id).and_then(|(owner, tag)| self.subs.take_unacked(owner, tag)).map(|(sub, s, tags)| PendingSettle { sub, channel: s.channel.clone(), action, tags });
+        match settle {
+            Some(next) => {
+                self.merge_settle(next, out);
+                if let Some(done) = self.receipt_token(&frame) {
+                    // The RECEIPT proves this settle (and the ones merged ahead of it) took effect.
+                    self.send_settles(Some(done), out);
+                }
+            }
+            None => {
+                // Keep frame order: settles read before this one go out before its RECEIPT.
+                self.flush_settles(out);
+                self.receipt_now(&frame, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges `next` into the pending settle when it names the same subscription and action;
+    /// otherwise sends the pending one first.
+    fn merge_settle(&mut self, next: PendingSettle, out: &mut Vec<Action>) {
+        if let Some(p) = self.pending_settle.as_mut() {
+            if p.sub == next.sub && p.action == next.action {
+                p.tags.extend_from_slice(&next.tags);
+                return;
+            }
+        }
+        if let Some(p) = self.pending_settle.replace(next) {
+            out.push(Action::Array { op: ArrayOp::Settle { sub: p.sub, channel: p.channel, tags: p.tags, action: p.action }, done: None });
+        }
+    }
+
+    /// Sends the pending settle, if any, with `done` confirming it.
+    fn send_settles(&mut self, done: Option<u64>, out: &mut Vec<Action>) {
+        if let Some(p) = self.pending_settle.take() {
+            out.push(Action::Array { op: ArrayOp::Settle { sub: p.sub, channel: p.channel, tags: p.tags, action: p.action }, done });
+        }
+    }
+
+    fn flush_settles(&mut self, out: &mut Vec<Action>) {
+        self.send_settles(None, out);
+    }
+
+    fn on_begin(&mut self, frame: &Frame, out: &mut Vec<Action>) -> Handled {
+        let Some(tx) = frame.headers.get(b"transaction") else { return reject(frame, WireError::MalformedFrame) };
+        if self.txs.contains_key(tx) {
+            return reject(frame, WireError::MalformedFrame);
+        }
+        self.txs.insert(tx.clone(), Vec::new());
+        self.receipt_now(frame, out);
+        Ok(())
+    }
+
+    fn take_transaction(&mut self, frame: &Frame) -> Result<Vec<Frame>, (WireError, Option<Bytes>)> {
+        let Some(tx) = frame.headers.get(b"transaction") else { return Err((WireError::MalformedFrame, receipt_of(frame))) };
+        self.txs.remove(tx).ok_or_else(|| (WireError::UnknownTransaction, receipt_of(frame)))
+    }
+
+    fn on_commit(&mut self, frame: &Frame, host: &dyn Host, out: &mut Vec<Action>) -> Handled {
+        for mut held in self.take_transaction(frame)? {
+            // Receipts of held frames were already sent when they were held.
+            held.headers.0.retain(|(n, _)| n.as_ref() != b"receipt");
+            if !self.handle_connected(held, host, true, out) {
+                return Ok(());
+            }
+        }
+        // Held ACKs/NACKs go out before the barrier that proves them.
+        self.flush_settles(out);
+        // The RECEIPT must prove the held frames took effect.
+        if let Some(r) = receipt_of(frame) {
+            let done = self.receipts.expect(Some(r), true, false);
+            out.push(Action::Array { op: ArrayOp::Barrier, done: Some(done) });
+        }
+        Ok(())
+    }
+
+    fn on_abort(&mut self, frame: &Frame, out: &mut Vec<Action>) -> Handled {
+        self.take_transaction(frame)?;
+        self.receipt_now(frame, out);
+        Ok(())
+    }
+
+    fn on_disconnect(&mut self, frame: &Frame, out: &mut Vec<Action>) {
+        self.state = State::Disconnecting;
+        match receipt_of(frame) {
+            Some(r) => {
+                let done = self.receipts.expect(Some(r), true, true);
+                out.push(Action::Array { op: ArrayOp::Barrier, done: Some(done) });
+            }
+            None => {
+                self.receipts.expect(None, false, true);
+                self.take_due(out);
+            }
         }
     }
 }
-
-type Handled = Result<(), (WireError, Option<Bytes>)>;
 
 fn receipt_of(frame: &Frame) -> Option<Bytes> {
     frame.headers.get(b"receipt").cloned()
@@ -112,473 +569,10 @@ fn reject(frame: &Frame, err: WireError) -> Handled {
     Err((err, receipt_of(frame)))
 }
 
-/// A RECEIPT for work already complete (still written in frame order).
-fn receipt_now(core: &Core, conn: &Conn, frame: &Frame) {
-    if let Some(r) = receipt_of(frame) {
-        conn.expect(Some(r), 0, false);
-        conn.flush_receipts(core);
-    }
-}
-
-fn on_connect(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame, decoder: &mut Decoder) -> bool {
-    let h = &frame.headers;
-    let Some(version) = negotiate_version(h.get(b"accept-version").map(|v| &v[..])) else {
-        conn.fail(core, WireError::UnsupportedVersion, None);
-        return false;
-    };
-    let max = core.cfg.max_connections;
-    if max > 0 && core.shared.connections.load(Ordering::Relaxed) > max {
-        conn.fail(core, WireError::TooManyConnections, None);
-        return false;
-    }
-    let client_hb = if version == Version::V1_0 {
-        (0, 0)
-    } else {
-        match parse_heart_beat(h.get(b"heart-beat").map(|v| &v[..])) {
-            Ok(hb) => hb,
-            Err(()) => {
-                conn.fail(core, WireError::MalformedFrame, None);
-                return false;
-            }
-        }
-    };
-    let server_hb = if version == Version::V1_0 { (0, 0) } else { (core.cfg.heartbeat_ms, core.cfg.heartbeat_ms) };
-    conn.heartbeat.set(negotiate_heart_beat(client_hb, server_hb));
-    conn.version.set(version);
-    decoder.set_version(version);
-    conn.connected.set(true);
-    let session_id = format!("stompgate-{}-{}", core.id, conn.id.0);
-    conn.session.borrow_mut().client_id = match h.get(b"login") {
-        Some(login) if !login.is_empty() => login.clone(),
-        _ => Bytes::from(session_id.clone()),
-    };
-    let hb = format!("{},{}", server_hb.0, server_hb.1);
-    conn.write_frame(
-        core,
-        Command::Connected,
-        |w| {
-            w.header(b"version", version.as_str().as_bytes());
-            w.header(b"heart-beat", hb.as_bytes());
-            w.header(b"session", session_id.as_bytes());
-            w.header(b"server", concat!("stompgate/", env!("CARGO_PKG_VERSION")).as_bytes());
-        },
-        b"",
-    );
-    tracing::debug!(core = core.id, conn = conn.id.0, version = version.as_str(), "connected");
-    true
-}
-
 fn destination_error(e: DestinationError) -> WireError {
     match e {
         DestinationError::Invalid => WireError::InvalidDestination,
         DestinationError::SendToReply => WireError::CannotSendToReply,
         DestinationError::SubscribeToRpc => WireError::CannotSubscribeRpc,
     }
-}
-
-/// Holds `frame` in its transaction, if it names one. `Ok(true)` = held.
-fn hold_in_transaction(conn: &Conn, frame: &Frame, from_commit: bool) -> Result<bool, (WireError, Option<Bytes>)> {
-    if from_commit {
-        return Ok(false);
-    }
-    let Some(tx) = frame.headers.get(b"transaction") else { return Ok(false) };
-    let mut session = conn.session.borrow_mut();
-    match session.txs.get_mut(tx) {
-        Some(held) => {
-            held.push(frame.clone());
-            Ok(true)
-        }
-        None => Err((WireError::UnknownTransaction, receipt_of(frame))),
-    }
-}
-
-fn on_send(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, from_commit: bool) -> Handled {
-    let Some(raw) = frame.headers.get(b"destination") else { return reject(&frame, WireError::MalformedFrame) };
-    let dest = parse_destination(raw, core.cfg.default_pattern, Intent::Send).map_err(|e| (destination_error(e), receipt_of(&frame)))?;
-    let tags = headers_to_tags(&frame.headers).map_err(|_| (WireError::FrameTooLarge, receipt_of(&frame)))?;
-    // Validated now, so a bad frame fails at SEND time even inside a transaction.
-    if hold_in_transaction(conn, &frame, from_commit)? {
-        receipt_now(core, conn, &frame);
-        return Ok(());
-    }
-    let msg = Message {
-        id: core.new_message_id(),
-        channel: dest.channel,
-        client_id: conn.session.borrow().client_id.clone(),
-        metadata: Bytes::new(),
-        body: frame.body.clone(),
-        tags,
-        timestamp_ns: now_unix_ns(),
-        sequence: 0,
-    };
-    let owner = core.owner_of(dest.pattern, &msg.channel);
-    let receipt = receipt_of(&frame);
-    match dest.pattern {
-        Pattern::Events | Pattern::EventsStore => {
-            let done = receipt.map(|r| core.ticket(conn.id, conn.expect(Some(r), 1, false)));
-            core.dispatch(owner, CoreMsg::Publish { pattern: dest.pattern, msg: Arc::new(msg), done });
-        }
-        Pattern::Queues => {
-            let done = receipt.map(|r| core.ticket(conn.id, conn.expect(Some(r), 1, false)));
-            core.dispatch(owner, CoreMsg::QueueSend { msg: Arc::new(msg), meta: None, done });
-        }
-        Pattern::Commands | Pattern::Queries => {
-            let reply_sub = rpc_reply_sub(core, conn, &frame)?;
-            if conn.rpc_pending.get() >= core.cfg.rpc_max_pending {
-                return reject(&frame, WireError::TooManyPending);
-            }
-            let max_ms = core.cfg.rpc_timeout_s.saturating_mul(1000);
-            let timeout_ms = match frame.headers.get_str(b"timeout") {
-                None => max_ms,
-                Some(t) => match t.trim().parse::<u64>() {
-                    Ok(0) => max_ms,
-                    Ok(ms) => ms.min(max_ms),
-                    Err(_) => return reject(&frame, WireError::MalformedFrame),
-                },
-            };
-            conn.rpc_pending.set(conn.rpc_pending.get() + 1);
-            let req = RpcRequest {
-                pattern: dest.pattern,
-                request_id: msg.id.clone(),
-                msg: Arc::new(msg),
-                timeout_ms,
-                reply_to: SubRef { core: core.id, conn: conn.id, sub: reply_sub },
-                correlation_id: frame.headers.get(b"correlation-id").cloned(),
-                span: Bytes::new(),
-            };
-            core.dispatch(owner, CoreMsg::RpcRequest(Box::new(req)));
-            receipt_now(core, conn, &frame);
-        }
-        Pattern::Reply => unreachable!("the router refuses SEND to /reply/"),
-    }
-    Ok(())
-}
-
-/// The `/reply/` subscription a request's `reply-to` names (seed 003: required, and it must be
-/// an active subscription of this connection).
-fn rpc_reply_sub(core: &Core, conn: &Conn, frame: &Frame) -> Result<u32, (WireError, Option<Bytes>)> {
-    let Some(reply_to) = frame.headers.get(b"reply-to") else { return Err((WireError::MissingReplyTo, receipt_of(frame))) };
-    let not_subscribed = || (WireError::ReplyToNotSubscribed, receipt_of(frame));
-    let dest = parse_destination(reply_to, core.cfg.default_pattern, Intent::Subscribe).map_err(|_| not_subscribed())?;
-    if dest.pattern != Pattern::Reply {
-        return Err(not_subscribed());
-    }
-    conn.session.borrow().reply_subs.get(&dest.channel.0).and_then(|subs| subs.first().copied()).ok_or_else(not_subscribed)
-}
-
-fn on_subscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
-    let h = &frame.headers;
-    let Some(raw) = h.get(b"destination") else { return reject(frame, WireError::MalformedFrame) };
-    let id = match (h.get(b"id"), conn.version.get()) {
-        (Some(id), _) => id.clone(),
-        (None, Version::V1_0) => raw.clone(),
-        (None, _) => return reject(frame, WireError::MalformedFrame),
-    };
-    let ack = match h.get(b"ack").map(|a| &a[..]) {
-        None | Some(b"auto") => AckMode::Auto,
-        Some(b"client") => AckMode::Client,
-        Some(b"client-individual") => AckMode::ClientIndividual,
-        Some(_) => return reject(frame, WireError::MalformedFrame),
-    };
-    let dest = parse_destination(raw, core.cfg.default_pattern, Intent::Subscribe).map_err(|e| (destination_error(e), receipt_of(frame)))?;
-    let start = match (dest.pattern, h.get(b"x-kubemq-start")) {
-        (Pattern::EventsStore, Some(v)) => match start::parse_start(v, now_unix_ns()) {
-            Some(s) => s,
-            None => return reject(frame, WireError::MalformedFrame),
-        },
-        _ => StartAt::NewOnly,
-    };
-    let group = match dest.pattern {
-        Pattern::Events | Pattern::EventsStore => h.get(b"x-kubemq-group").filter(|g| !g.is_empty()).cloned(),
-        _ => None,
-    };
-    let sub_no = {
-        let mut session = conn.session.borrow_mut();
-        if session.subs_by_id.contains_key(&id) {
-            drop(session);
-            return reject(frame, WireError::DuplicateSubscription);
-        }
-        session.next_sub += 1;
-        let n = session.next_sub;
-        session.subs_by_id.insert(id.clone(), n);
-        if dest.pattern == Pattern::Reply {
-            session.reply_subs.entry(dest.channel.0.clone()).or_default().push(n);
-        }
-        n
-    };
-    let owner = core.owner_of(dest.pattern, &dest.channel);
-    conn.subs.borrow_mut().insert(
-        sub_no,
-        LocalSub {
-            id,
-            pattern: dest.pattern,
-            channel: dest.channel.clone(),
-            wildcard: dest.wildcard,
-            ack,
-            owner,
-            queued: 0,
-            unacked: Default::default(),
-            parked: Default::default(),
-        },
-    );
-    if dest.pattern == Pattern::Reply {
-        // Connection-local: no array, nothing to wait for.
-        receipt_now(core, conn, frame);
-        return Ok(());
-    }
-    let sub = SubRef { core: core.id, conn: conn.id, sub: sub_no };
-    let targets = holders(core, dest.wildcard, owner);
-    let receipt = receipt_of(frame);
-    let token = receipt.map(|r| conn.expect(Some(r), targets.len() as u32, false));
-    for to in targets {
-        core.dispatch(
-            to,
-            CoreMsg::Subscribe {
-                pattern: dest.pattern,
-                channel: dest.channel.clone(),
-                wildcard: dest.wildcard,
-                sub,
-                group: group.clone(),
-                start,
-                prefetch: core.cfg.sub_buff_size as u32,
-                done: token.map(|t| core.ticket(conn.id, t)),
-            },
-        );
-    }
-    Ok(())
-}
-
-/// Removes a subscription locally and tells its owner(s). Returns how many owners will
-/// confirm (`done` tickets sent).
-fn drop_subscription(core: &Rc<Core>, conn: &Conn, sub_no: u32, token: Option<u64>) -> u32 {
-    let Some(mut sub) = conn.subs.borrow_mut().remove(&sub_no) else { return 0 };
-    // Parked deliveries die with the subscription; receipts waiting on them must not.
-    conn.parked.set(conn.parked.get() - sub.parked.len());
-    for parked in sub.parked.drain(..) {
-        if let Some(t) = parked.ticket() {
-            core.confirm_parked(t);
-        }
-    }
-    if sub.pattern == Pattern::Reply {
-        let mut session = conn.session.borrow_mut();
-        if let Some(subs) = session.reply_subs.get_mut(&sub.channel.0) {
-            subs.retain(|&n| n != sub_no);
-            if subs.is_empty() {
-                session.reply_subs.remove(&sub.channel.0);
-            }
-        }
-        return 0;
-    }
-    let targets = holders(core, sub.wildcard, sub.owner);
-    let n = targets.len() as u32;
-    for to in targets {
-        core.dispatch(
-            to,
-            CoreMsg::Unsubscribe {
-                pattern: sub.pattern,
-                channel: sub.channel.clone(),
-                wildcard: sub.wildcard,
-                sub: SubRef { core: core.id, conn: conn.id, sub: sub_no },
-                done: token.map(|t| core.ticket(conn.id, t)),
-            },
-        );
-    }
-    n
-}
-
-fn on_unsubscribe(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
-    let h = &frame.headers;
-    let id = match (h.get(b"id"), conn.version.get()) {
-        (Some(id), _) => id.clone(),
-        (None, Version::V1_0) => match h.get(b"destination") {
-            Some(d) => d.clone(),
-            None => return reject(frame, WireError::MalformedFrame),
-        },
-        (None, _) => return reject(frame, WireError::MalformedFrame),
-    };
-    let Some(sub_no) = conn.session.borrow_mut().subs_by_id.remove(&id) else {
-        return reject(frame, WireError::UnknownSubscription);
-    };
-    let pattern = conn.subs.borrow().get(&sub_no).map(|s| (s.pattern, s.wildcard));
-    let owners = match pattern {
-        Some((Pattern::Reply, _)) | None => 0,
-        Some((_, true)) => core.array_cores().len() as u32,
-        Some((_, false)) => 1,
-    };
-    let token = receipt_of(frame).map(|r| conn.expect(Some(r), owners, false));
-    drop_subscription(core, conn, sub_no, token);
-    if let Some(t) = token {
-        if owners == 0 {
-            conn.ticket_done(core, t, 0);
-        }
-    }
-    Ok(())
-}
-
-/// ACK (`requeue == false`) or NACK.
-fn on_settle(core: &Rc<Core>, conn: &Rc<Conn>, frame: Frame, requeue: bool, from_commit: bool) -> Handled {
-    let h = &frame.headers;
-    let id = match conn.version.get() {
-        Version::V1_2 => h.get(b"id"),
-        _ => h.get(b"message-id"),
-    };
-    let Some(id) = id.cloned() else { return reject(&frame, WireError::MalformedFrame) };
-    if hold_in_transaction(conn, &frame, from_commit)? {
-        receipt_now(core, conn, &frame);
-        return Ok(());
-    }
-    // Anything that is not a queue delivery id (events, events-store: ACKs are no-ops), or a
-    // delivery this connection no longer holds (requeued by a timeout), is acknowledged as is.
-    let settle = parse_queue_message_id(&id).and_then(|(owner, tag)| {
-        let mut subs = conn.subs.borrow_mut();
-        // One scan: clients mostly acknowledge in delivery order, so the tag is at the front.
-        let (&sub_no, sub, at) = subs
-            .iter_mut()
-            .filter(|(_, s)| s.pattern == Pattern::Queues && s.owner == owner)
-            .find_map(|(n, s)| s.unacked.iter().position(|&t| t == tag).map(|at| (n, s, at)))?;
-        let tags: Vec<u64> = match sub.ack {
-            // Cumulative (spec: client mode acknowledges this and every earlier message).
-            AckMode::Client => sub.unacked.drain(..=at).collect(),
-            _ => {
-                sub.unacked.remove(at);
-                vec![tag]
-            }
-        };
-        Some((owner, sub.channel.clone(), SubRef { core: core.id, conn: conn.id, sub: sub_no }, tags))
-    });
-    let receipt = receipt_of(&frame);
-    match settle {
-        Some((owner, channel, sub, tags)) => {
-            let action = if requeue { Settle::Nack } else { Settle::Ack };
-            queue_settle(core, conn, PendingSettle { owner, channel, sub, action, tags });
-            if let Some(r) = receipt {
-                // The RECEIPT proves this settle (and the ones merged ahead of it) took effect.
-                let done = core.ticket(conn.id, conn.expect(Some(r), 1, false));
-                send_settles(core, conn, Some(done));
-            }
-        }
-        None => {
-            // Keep frame order: settles read before this one go out before its RECEIPT.
-            flush_settles(core, conn);
-            receipt_now(core, conn, &frame);
-        }
-    }
-    Ok(())
-}
-
-/// Merges `next` into the pending settle when it names the same subscription and action;
-/// otherwise sends the pending one first.
-fn queue_settle(core: &Rc<Core>, conn: &Conn, next: PendingSettle) {
-    let mut session = conn.session.borrow_mut();
-    if let Some(p) = session.pending_settle.as_mut() {
-        if p.owner == next.owner && p.sub == next.sub && p.action == next.action {
-            p.tags.extend_from_slice(&next.tags);
-            return;
-        }
-    }
-    let previous = session.pending_settle.replace(next);
-    drop(session);
-    if let Some(p) = previous {
-        core.dispatch(p.owner, CoreMsg::QueueSettle { channel: p.channel, sub: p.sub, tags: p.tags, action: p.action, done: None });
-    }
-}
-
-/// Sends the pending settle, if any, with `done` confirming it.
-fn send_settles(core: &Rc<Core>, conn: &Conn, done: Option<crate::mesh::msg::Ticket>) {
-    let pending = conn.session.borrow_mut().pending_settle.take();
-    if let Some(p) = pending {
-        core.dispatch(p.owner, CoreMsg::QueueSettle { channel: p.channel, sub: p.sub, tags: p.tags, action: p.action, done });
-    }
-}
-
-/// Sends the ACKs/NACKs merged so far to their owner core. Called before any other frame, at
-/// the end of each read batch, and on release.
-pub fn flush_settles(core: &Rc<Core>, conn: &Conn) {
-    send_settles(core, conn, None);
-}
-
-fn on_begin(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
-    let Some(tx) = frame.headers.get(b"transaction") else { return reject(frame, WireError::MalformedFrame) };
-    let mut session = conn.session.borrow_mut();
-    if session.txs.contains_key(tx) {
-        drop(session);
-        return reject(frame, WireError::MalformedFrame);
-    }
-    session.txs.insert(tx.clone(), Vec::new());
-    drop(session);
-    receipt_now(core, conn, frame);
-    Ok(())
-}
-
-fn take_transaction(conn: &Conn, frame: &Frame) -> Result<Vec<Frame>, (WireError, Option<Bytes>)> {
-    let Some(tx) = frame.headers.get(b"transaction") else { return Err((WireError::MalformedFrame, receipt_of(frame))) };
-    conn.session.borrow_mut().txs.remove(tx).ok_or_else(|| (WireError::UnknownTransaction, receipt_of(frame)))
-}
-
-fn on_commit(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
-    for held in take_transaction(conn, frame)? {
-        // Receipts of held frames were already sent when they were held.
-        let mut held = held;
-        held.headers.0.retain(|(n, _)| n.as_ref() != b"receipt");
-        if !handle_connected(core, conn, held, true) {
-            return Ok(());
-        }
-    }
-    // Held ACKs/NACKs go out before the barrier that proves them.
-    flush_settles(core, conn);
-    // The RECEIPT must prove the held frames took effect.
-    if let Some(r) = receipt_of(frame) {
-        receipt_after_barrier(core, conn, r, false);
-    }
-    Ok(())
-}
-
-fn on_abort(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) -> Handled {
-    take_transaction(conn, frame)?;
-    receipt_now(core, conn, frame);
-    Ok(())
-}
-
-/// Sends `receipt` once every core has handled everything this connection sent it before:
-/// each core answers the barrier after the work queued ahead of it on the same path.
-fn receipt_after_barrier(core: &Rc<Core>, conn: &Conn, receipt: Bytes, disconnect: bool) {
-    let token = conn.expect(Some(receipt), core.array_cores().len() as u32, disconnect);
-    for to in core.array_cores() {
-        core.dispatch(to, CoreMsg::Barrier(core.ticket(conn.id, token)));
-    }
-}
-
-/// The cores that hold a subscription: its channel's owner, or every core for a wildcard
-/// filter (a filter can match channels owned anywhere).
-fn holders(core: &Core, wildcard: bool, owner: usize) -> std::ops::Range<usize> {
-    if wildcard {
-        core.array_cores()
-    } else {
-        owner..owner + 1
-    }
-}
-
-fn on_disconnect(core: &Rc<Core>, conn: &Rc<Conn>, frame: &Frame) {
-    match receipt_of(frame) {
-        Some(r) => receipt_after_barrier(core, conn, r, true),
-        None => {
-            conn.expect(None, 0, true);
-            conn.flush_receipts(core);
-        }
-    }
-}
-
-/// The connection stopped reading: drop its subscriptions (the owners requeue unacknowledged
-/// queue messages) and abort its transactions.
-pub fn release(core: &Rc<Core>, conn: &Conn) {
-    // ACKs the client sent before it went away still count (ahead of the requeue below).
-    flush_settles(core, conn);
-    let subs: Vec<u32> = conn.subs.borrow().keys().copied().collect();
-    for sub_no in subs {
-        drop_subscription(core, conn, sub_no, None);
-    }
-    let mut session = conn.session.borrow_mut();
-    session.txs.clear();
-    session.subs_by_id.clear();
-    session.reply_subs.clear();
 }

@@ -5,6 +5,7 @@ pub mod encode;
 pub mod error;
 pub mod frame;
 pub mod negotiate;
+pub mod server;
 
 pub use decode::{DecodeError, Decoded, Decoder, Limits};
 pub use encode::FrameWriter;

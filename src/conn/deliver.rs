@@ -1,0 +1,216 @@
+//! Deliveries into a connection's write queue: Events / Events-Store messages under the
+//! slow-subscriber policy ([`crate::delivery`]), queue messages, RPC replies. Every MESSAGE is
+//! built by the one builder, `stomp::server::write_message`.
+use super::write::{Sent, WriteQueue};
+use super::Conn;
+use crate::delivery::park_limit;
+use crate::engine::endpoint::Delivery;
+use crate::engine::metrics::Metrics;
+use crate::engine::Core;
+use crate::mesh::msg::{CoreId, RpcOutcome, Ticket};
+use crate::model::{Message, Pattern};
+use crate::route::{write_egress_destination, write_egress_tag_headers};
+use crate::session::{message_id, ParkedEvent, Subscription};
+use crate::stomp::server::{write_message, MessageHead};
+use crate::stomp::Version;
+use bytes::{Bytes, BytesMut};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+thread_local! {
+    /// Scratch space for building a destination value before it is escaped into a frame.
+    static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(256));
+}
+
+/// Calls `f` with the canonical destination for (pattern, channel) (seed 000: egress always
+/// uses the primary prefix and the slash form).
+fn with_destination<R>(pattern: Pattern, channel: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        s.clear();
+        write_egress_destination(pattern, channel, &mut s);
+        f(&s)
+    })
+}
+
+fn count_dropped_headers(core: &Core, dropped: u32) {
+    if dropped > 0 {
+        Metrics::add(&core.metrics.headers_dropped, u64::from(dropped));
+    }
+}
+
+/// Delivers an Events / Events-Store message to subscription `n`. The buffer is "full" when
+/// SubBuffSize frames wait *and* the socket is refusing bytes (frames queued during one burst
+/// that the writer has not reached yet are no sign of a slow subscriber); a delivery that finds
+/// it full is parked, in order, behind the ones already waiting.
+pub fn event(conn: &Conn, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, n: u32, ticket: Option<Ticket>) -> Delivery {
+    if !conn.is_open() {
+        return Delivery::Gone;
+    }
+    let limit = core.cfg.sub_buff_size;
+    let mut session = conn.session.borrow_mut();
+    let version = session.version();
+    let Some(sub) = session.subs.get_mut(n) else { return Delivery::Gone };
+    let full = !sub.parked.is_empty() || (sub.queued as usize >= limit && conn.write_blocked.get());
+    if full {
+        let parked = ParkedEvent { pattern, msg: Arc::clone(msg), ticket };
+        return match session.subs.park(n, parked, Instant::now(), park_limit(limit)) {
+            Ok(()) => Delivery::Parked,
+            Err(_) => {
+                Metrics::add(&core.metrics.deliveries_dropped, 1);
+                Delivery::Dropped
+            }
+        };
+    }
+    write_event(core, &mut conn.wq.borrow_mut(), version, sub, n, pattern, msg);
+    conn.write_ready.set();
+    Delivery::Queued
+}
+
+/// Encodes one events MESSAGE into the write queue.
+fn write_event(core: &Core, wq: &mut WriteQueue, version: Version, sub: &mut Subscription, n: u32, pattern: Pattern, msg: &Message) {
+    let ack = (version == Version::V1_2 && sub.needs_ack()).then_some(&msg.id[..]);
+    let dropped = with_destination(pattern, msg.channel.as_bytes(), |destination| {
+        let head = MessageHead { destination, message_id: &msg.id, subscription: &sub.id, ack, redelivered: false, correlation_id: None };
+        write_message(
+            &mut wq.buf,
+            version,
+            &head,
+            |w| {
+                write_egress_tag_headers(&msg.tags, &msg.metadata, w);
+                if pattern == Pattern::EventsStore {
+                    let mut d = itoa::Buffer::new();
+                    w.header(b"x-kubemq-sequence", d.format(msg.sequence).as_bytes());
+                    w.header(b"x-kubemq-timestamp", d.format(msg.timestamp_ns).as_bytes());
+                }
+            },
+            &msg.body,
+        )
+    });
+    count_dropped_headers(core, dropped);
+    sub.queued += 1;
+    wq.sent.push(Sent::Event(n));
+    Metrics::add(&core.metrics.messages_delivered, 1);
+}
+
+/// Moves parked deliveries into the write queue while their subscription has room, and drops
+/// those parked longer than the grace. The tickets of the deliveries it settled go to `settled`.
+pub fn unpark(conn: &Conn, core: &Core, now: Instant, settled: &mut Vec<Ticket>) {
+    if !conn.is_open() || conn.session.borrow().subs.parked() == 0 {
+        return;
+    }
+    let limit = core.cfg.sub_buff_size;
+    let blocked = conn.write_blocked.get();
+    let mut session = conn.session.borrow_mut();
+    let version = session.version();
+    let mut wq = conn.wq.borrow_mut();
+    let mut wrote = false;
+    let dropped = session.subs.unpark(
+        now,
+        |sub| (sub.queued as usize) < limit || !blocked,
+        |n, sub, parked| {
+            write_event(core, &mut wq, version, sub, n, parked.pattern, &parked.msg);
+            wrote = true;
+        },
+        settled,
+    );
+    Metrics::add(&core.metrics.deliveries_dropped, dropped);
+    drop(wq);
+    if wrote {
+        conn.write_ready.set();
+    }
+}
+
+/// Writes a queue MESSAGE for subscription `n`. False if the subscription is gone, so the
+/// core gives the message back to the queue.
+pub fn queue(conn: &Conn, core: &Core, msg: &Arc<Message>, n: u32, owner: CoreId, tag: u64, redelivered: bool) -> bool {
+    if !conn.is_open() {
+        return false;
+    }
+    let mut session = conn.session.borrow_mut();
+    let version = session.version();
+    let Some(sub) = session.subs.get_mut(n) else { return false };
+    let mut id = [0u8; message_id::MAX_LEN];
+    let id = message_id::write_queue(&mut id, owner, tag);
+    let ack = (version == Version::V1_2 && sub.needs_ack()).then_some(id);
+    let mut wq = conn.wq.borrow_mut();
+    let dropped = with_destination(Pattern::Queues, msg.channel.as_bytes(), |destination| {
+        let head = MessageHead { destination, message_id: id, subscription: &sub.id, ack, redelivered, correlation_id: None };
+        write_message(&mut wq.buf, version, &head, |w| write_egress_tag_headers(&msg.tags, &msg.metadata, w), &msg.body)
+    });
+    count_dropped_headers(core, dropped);
+    if sub.needs_ack() {
+        sub.unacked.push_back((owner, tag));
+    } else {
+        // stomp-decisions.md: auto acknowledges once written.
+        wq.sent.push(Sent::AutoAck { sub: n, tag });
+    }
+    Metrics::add(&core.metrics.messages_delivered, 1);
+    drop(wq);
+    conn.write_ready.set();
+    true
+}
+
+/// Writes the reply (or failure) of a Commands/Queries request on the `/reply/` subscription
+/// (stomp-decisions.md, "RPC").
+pub fn rpc_reply(conn: &Conn, core: &Core, n: u32, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome) {
+    let mut session = conn.session.borrow_mut();
+    session.rpc_replied();
+    if !(conn.state.get() == super::State::Open && session.is_open()) {
+        return;
+    }
+    let version = session.version();
+    let Some(sub) = session.subs.get(n) else { return };
+    let message_id = core.new_message_id();
+    let empty = Bytes::new();
+    let body = match &outcome {
+        RpcOutcome::Response { body, .. } => body,
+        _ => &empty,
+    };
+    let mut wq = conn.wq.borrow_mut();
+    let dropped = with_destination(Pattern::Reply, sub.channel.as_bytes(), |destination| {
+        let head = MessageHead { destination, message_id: &message_id, subscription: &sub.id, ack: None, redelivered: false, correlation_id: correlation_id.as_deref() };
+        write_message(
+            &mut wq.buf,
+            version,
+            &head,
+            |w| match &outcome {
+                RpcOutcome::Response { executed, error, metadata, tags, .. } => {
+                    if pattern == Pattern::Commands {
+                        w.header(b"x-kubemq-executed", if *executed { b"true" } else { b"false" });
+                    }
+                    if !error.is_empty() {
+                        w.header(b"stomp-error", b"failed");
+                        w.header(b"x-kubemq-error", &sanitize_error(error));
+                    }
+                    write_egress_tag_headers(tags, metadata, w);
+                }
+                RpcOutcome::Timeout => w.header(b"stomp-error", b"timeout"),
+                RpcOutcome::NoResponder => w.header(b"stomp-error", b"no-responder"),
+                RpcOutcome::Unavailable => w.header(b"stomp-error", b"unavailable"),
+            },
+            body,
+        )
+    });
+    count_dropped_headers(core, dropped);
+    drop(wq);
+    conn.write_ready.set();
+}
+
+/// A responder's error text, made safe for a header: printable ASCII only, at most 256 bytes.
+fn sanitize_error(error: &[u8]) -> Vec<u8> {
+    error.iter().take(256).map(|&b| if (0x20..0x7f).contains(&b) { b } else { b'?' }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_is_sanitized() {
+        assert_eq!(sanitize_error(b"bad\r\nthing\x00"), b"bad??thing?");
+        assert_eq!(sanitize_error(&[b'a'; 300]).len(), 256);
+    }
+}

@@ -1,0 +1,79 @@
+//! The reader task: socket → decoder → session, one read batch at a time.
+use super::Conn;
+use crate::engine::metrics::Metrics;
+use crate::engine::{Core, OVERFLOW_PAUSE};
+use crate::stomp::{DecodeError, Decoded, Decoder, Limits, WireError};
+use bytes::BytesMut;
+use futures_lite::AsyncReadExt;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Smallest and largest read (bytes).
+const MIN_READ: usize = 4096;
+const MAX_READ: usize = 256 * 1024;
+
+pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream::ReadHalf) {
+    let mut rbuf = BytesMut::with_capacity(MIN_READ);
+    let limits = Limits { max_body: core.cfg.max_body_size, ..Limits::default() };
+    let mut decoder = Decoder::new(limits);
+    // Read size adapts: a read that fills the buffer means more is waiting, so the next one is
+    // larger (fewer syscalls under load); an idle connection keeps a small buffer.
+    let mut read_size = MIN_READ;
+    'read: loop {
+        if rbuf.capacity() - rbuf.len() < read_size / 2 {
+            rbuf.reserve(read_size.max(rbuf.len()));
+        }
+        let start = rbuf.len();
+        let room = rbuf.capacity() - start;
+        rbuf.resize(start + room, 0);
+        // A read error ends the connection exactly like EOF.
+        let n = rd.read(&mut rbuf[start..]).await.unwrap_or_default();
+        rbuf.truncate(start + n);
+        if n == 0 || conn.state.get() == super::State::Dead {
+            break;
+        }
+        read_size = if n == room { (read_size * 2).min(MAX_READ) } else { MIN_READ };
+        conn.last_read.set(Instant::now());
+        loop {
+            match decoder.decode(&mut rbuf) {
+                Ok(None) => break,
+                Ok(Some(Decoded::HeartBeat)) => {}
+                Ok(Some(Decoded::Frame(frame))) => {
+                    Metrics::add(&core.metrics.frames_in, 1);
+                    // A bug in frame handling must cost this connection, not the core (and
+                    // every other connection on it): contain the panic, answer `internal
+                    // error`, close.
+                    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.on_frame(core, frame, &mut decoder)));
+                    let keep_going = handled.unwrap_or_else(|_| {
+                        tracing::error!(core = core.id, conn = conn.id.0, "internal error while handling a frame; closing the connection");
+                        conn.fail(core, WireError::Internal, None);
+                        false
+                    });
+                    core.drain_local();
+                    if !keep_going || conn.stops_reading() {
+                        break 'read;
+                    }
+                }
+                Err(e) => {
+                    let err = match e {
+                        DecodeError::FrameTooLarge => WireError::FrameTooLarge,
+                        DecodeError::Malformed => WireError::MalformedFrame,
+                    };
+                    conn.fail(core, err, decoder.error_receipt().cloned());
+                    break 'read;
+                }
+            }
+        }
+        // One Settle per subscription for the whole batch's ACKs (see session::PendingSettle).
+        conn.with_session(core, |s, out| s.end_of_batch(out));
+        core.drain_local();
+        // Back-pressure: while a peer core cannot keep up with what this core sends it,
+        // stop reading from clients rather than queueing without bound.
+        while core.overflow_len() > OVERFLOW_PAUSE && !conn.stops_reading() {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        // A socket that always has data would keep this task running forever (a ready read
+        // never yields): let the writers and other connections run between batches.
+        futures_lite::future::yield_now().await;
+    }
+}

@@ -1,0 +1,100 @@
+//! This core's end of the channel mesh: sending `CoreMsg`s to peers (and to itself), the
+//! per-peer overflow queues behind full rings, and the local queue.
+use super::metrics::Metrics;
+use super::Core;
+use crate::array::Outbox;
+use crate::mesh::msg::{CoreId, CoreMsg};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+impl Core {
+    /// Sends `msg` to core `to` (itself included), never dropping it: when the peer's ring
+    /// is full it waits, in order, in that peer's overflow queue.
+    pub fn dispatch(self: &Rc<Self>, to: CoreId, msg: CoreMsg) {
+        if to == self.id {
+            self.local.borrow_mut().push_back(msg);
+            return;
+        }
+        let mut overflow = self.overflow.borrow_mut();
+        if overflow[to].is_empty() {
+            match self.senders.try_send_to(to, msg) {
+                Ok(()) => return,
+                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => overflow[to].push_back(msg),
+                // The peer has stopped (shutdown): nothing left to deliver to.
+                Err(e) => {
+                    tracing::debug!(core = self.id, to, error = %e, "mesh send failed");
+                    return;
+                }
+            }
+        } else {
+            overflow[to].push_back(msg);
+        }
+        drop(overflow);
+        self.start_flusher(to);
+    }
+
+    /// Sends an events delivery; if the peer's ring (or its overflow) is full the delivery is
+    /// dropped and counted — events are at-most-once and must not build unbounded queues.
+    pub fn dispatch_lossy(self: &Rc<Self>, to: CoreId, msg: CoreMsg) {
+        if to == self.id {
+            self.local.borrow_mut().push_back(msg);
+            return;
+        }
+        if !self.overflow.borrow()[to].is_empty() || self.senders.try_send_to(to, msg).is_err() {
+            Metrics::add(&self.metrics.mesh_events_dropped, 1);
+        }
+    }
+
+    pub fn dispatch_all(self: &Rc<Self>, out: &mut Outbox) {
+        for (to, msg) in out.drain(..) {
+            match msg {
+                // A delivery that carries a publish ticket is owed a confirmation: dropping it
+                // would hold the publisher's RECEIPT forever. It travels like the publish did
+                // (a full ring spills and pauses readers), bounded by the publisher's receipts.
+                m @ CoreMsg::Deliver { done: None, .. } => self.dispatch_lossy(to, m),
+                m => self.dispatch(to, m),
+            }
+        }
+    }
+
+    fn start_flusher(self: &Rc<Self>, to: CoreId) {
+        if self.flushing[to].replace(true) {
+            return;
+        }
+        let core = Rc::clone(self);
+        glommio::spawn_local(async move {
+            loop {
+                let next = core.overflow.borrow_mut()[to].pop_front();
+                let Some(msg) = next else { break };
+                if core.senders.send_to(to, msg).await.is_err() {
+                    core.overflow.borrow_mut()[to].clear();
+                    break;
+                }
+            }
+            core.flushing[to].set(false);
+        })
+        .detach();
+    }
+
+    /// Longest overflow queue: readers pause while it is over `OVERFLOW_PAUSE`.
+    pub fn overflow_len(&self) -> usize {
+        self.overflow.borrow().iter().map(VecDeque::len).max().unwrap_or(0)
+    }
+
+    /// Handles every message addressed to this core itself, including ones that handling
+    /// produces. Re-entrant calls return at once: the outer loop picks their work up.
+    pub fn drain_local(self: &Rc<Self>) {
+        if self.draining.replace(true) {
+            return;
+        }
+        loop {
+            let next = self.local.borrow_mut().pop_front();
+            match next {
+                Some(msg) => self.handle(msg),
+                None => break,
+            }
+        }
+        self.draining.set(false);
+    }
+
+}

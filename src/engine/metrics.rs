@@ -1,0 +1,38 @@
+//! Process-wide shared state and this core's counters.
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
+
+/// Process-wide state shared by all cores (read-mostly; touched on connect/close only).
+#[derive(Default)]
+pub struct Shared {
+    pub shutdown: Arc<AtomicBool>,
+    pub connections: AtomicUsize,
+}
+
+impl Shared {
+    /// The flag a signal handler sets to ask for a graceful stop.
+    pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.shutdown)
+    }
+}
+
+/// Per-core counters (plain cells: only this core writes them).
+#[derive(Default, Debug)]
+pub struct Metrics {
+    pub connections_accepted: Cell<u64>,
+    pub frames_in: Cell<u64>,
+    pub messages_delivered: Cell<u64>,
+    /// Events/Events-Store deliveries dropped because the subscriber's buffer was full.
+    pub deliveries_dropped: Cell<u64>,
+    /// Events dropped because a peer core's ring was full.
+    pub mesh_events_dropped: Cell<u64>,
+    /// Headers dropped on egress as unrepresentable in the negotiated version (seed 000).
+    pub headers_dropped: Cell<u64>,
+}
+
+impl Metrics {
+    pub fn add(cell: &Cell<u64>, n: u64) {
+        cell.set(cell.get().wrapping_add(n));
+    }
+}
