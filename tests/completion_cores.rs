@@ -123,3 +123,8 @@ fn three_cores_every_receipt_once_and_every_message_everywhere() {
 fn four_cores_every_receipt_once_and_every_message_everywhere() {
     every_receipt_once_and_every_message_everywhere(4);
 }
+
+#[test]
+fn two_cores_every_receipt_once_and_every_message_everywhere() {
+    every_receipt_once_and_every_message_everywhere(2);
+}

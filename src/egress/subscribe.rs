@@ -243,7 +243,14 @@ fn deliver(w: &Worker, key: &Key, members: &Members, msg: Arc<Message>, paced: b
     };
     let pattern = key.pattern;
     if paced {
-        return Some(w.confirmer.send(&w.back, w.core, |t| CoreMsg::Deliver { pattern, msg, subs: chosen, done: Some(t) }));
+        // The egress stands in for the owner core of the embedded array: it announces the one
+        // part to come (the core's delivery, `CoreMsg::Delivered`), then hands the delivery over
+        // on the same channel (see `engine::completion`).
+        let (back, core) = (&w.back, w.core);
+        return Some(w.confirmer.send(back, core, |t| {
+            back.send(core, CoreMsg::Done { ticket: t, more: 1 });
+            CoreMsg::Deliver { pattern, msg, subs: chosen, done: Some(t) }
+        }));
     }
     w.back.send(w.core, CoreMsg::Deliver { pattern, msg, subs: chosen, done: None });
     None
