@@ -128,6 +128,18 @@ def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
     return _start_one(extra_args, ready_timeout, grpc)
 
 
+def start_array(extra_args=()) -> Gateway:
+    """A stompgate on its embedded array with gRPC on a free port, to serve as a remote array
+    (its STOMP port is free for tests too); stop it with stop_gateway."""
+    return _start_one(extra_args, grpc=True)
+
+
+def start_front(array: Gateway, extra_args=()) -> Gateway:
+    """A stompgate with `--array grpc://<array's gRPC port>` in front of `array`; stop_gateway
+    on it stops only this front, so the array (and its queues) outlives it."""
+    return _start_one(list(extra_args) + ["--array", f"grpc://{HOST}:{array.grpc_port}"])
+
+
 def _start_one(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
                grpc: bool = False) -> Gateway:
     """Starts the binary on a free loopback port and waits until it answers CONNECT.

@@ -228,6 +228,27 @@ class Client:
                                 f"{len(msgs)}: {summarize(msgs)}; errors={self.error_summaries()}")
         return msgs
 
+    def wait_body(self, body: bytes, sub_id: str | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> list:
+        """Waits until a MESSAGE with this body arrived (on sub_id if given); returns every
+        message so far.
+
+        With a marker SENT (with a RECEIPT) after the frames under test, from the same
+        connection to the same destination, this is an exact barrier: whatever those earlier
+        frames deliver to this subscriber arrives before the marker."""
+        self.listener.wait_for(lambda: any(bytes(m.body) == body for m in self.messages(sub_id)),
+                               timeout)
+        msgs = self.messages(sub_id)
+        assert any(bytes(m.body) == body for m in msgs), (
+            f"no MESSAGE with body {body!r} within {timeout}s; got {summarize(msgs)}; "
+            f"errors={self.error_summaries()}")
+        return msgs
+
+    def sync(self) -> None:
+        """A RECEIPT round trip (BEGIN + ABORT, no other effect): every frame the gateway had
+        already queued for this connection arrives before it."""
+        self.abort(self.begin())
+
     def error_summaries(self) -> list:
         with self.listener.cond:
             return [(e.headers, e.body) for e in self.listener.errors]

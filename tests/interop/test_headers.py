@@ -1,7 +1,6 @@
 """Header ⇄ tag interop (seed 000, stomp-decisions "Subscriptions"): custom headers pass
 through, the five standard headers round-trip, machinery / stomp.* / x-kubemq-* headers never
 cross from a SEND to a MESSAGE, and bodies are byte-exact."""
-import time
 
 import pytest
 
@@ -107,4 +106,3 @@ def test_duplicate_custom_header_first_wins(raw):
     assert f.cmd == "MESSAGE", f
     assert f.body == b"dup"
     assert [v for k, v in f.header_list if k == "x-dup"] == ["first"], f.raw
-    time.sleep(0.1)

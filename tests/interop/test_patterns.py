@@ -22,8 +22,9 @@ def test_topic_send_subscribe_nested_destination(connect):
     assert m.headers["subscription"] == sid
     assert m.headers["content-length"] == str(len(b"hello events"))
     assert m.headers.get("message-id"), m.headers
-    time.sleep(0.3)
-    assert len(sub.messages(sid)) == 1, summarize(sub.messages(sid))
+    # Barrier: a duplicate of the first SEND would arrive before the marker.
+    pub.send(dest, b"marker", receipt=True)
+    assert bodies(sub.wait_body(b"marker", sid)) == [b"hello events", b"marker"]
 
 
 @pytest.mark.parametrize("alias,primary", [
@@ -73,25 +74,20 @@ def test_topic_store_start_first_and_new_only(connect):
         ts = m.headers.get("x-kubemq-timestamp")
         assert ts is not None and ts.isdigit() and int(ts) > 1_600_000_000 * 10**9, m.headers
 
-    # the default (new-only) subscriber sees nothing of the past ...
+    # the default (new-only) subscriber sees nothing of the past, exactly the later ones: the
+    # past (s1-s3), had it been replayed, would arrive ahead of s4; s5 (receipted, the last
+    # SEND) is the barrier for duplicates on both subscriptions
     newonly = connect()
     sid_new = newonly.subscribe(dest)
-    time.sleep(0.5)
-    assert newonly.messages(sid_new) == [], summarize(newonly.messages(sid_new))
-
-    # ... and exactly the later ones
     pub.send(dest, b"s4", receipt=True)
     pub.send(dest, b"s5", receipt=True)
-    later = newonly.wait_messages(2, sid_new)
-    assert bodies(later) == [b"s4", b"s5"]
+    later = newonly.wait_body(b"s5", sid_new)
+    assert bodies(later) == [b"s4", b"s5"], summarize(later)
     assert [m.headers.get("x-kubemq-sequence") for m in later] == ["4", "5"]
 
-    all_first = first.wait_messages(5, sid_first)
-    assert bodies(all_first) == [b"s1", b"s2", b"s3", b"s4", b"s5"]
+    all_first = first.wait_body(b"s5", sid_first)
+    assert bodies(all_first) == [b"s1", b"s2", b"s3", b"s4", b"s5"], summarize(all_first)
     assert [m.headers.get("x-kubemq-sequence") for m in all_first] == ["1", "2", "3", "4", "5"]
-    time.sleep(0.3)
-    assert len(newonly.messages(sid_new)) == 2
-    assert len(first.messages(sid_first)) == 5
 
 
 def test_topic_store_explicit_new_only_and_sequence_start(connect):
@@ -104,11 +100,12 @@ def test_topic_store_explicit_new_only_and_sequence_start(connect):
     c = connect()
     sid_seq = c.subscribe(dest, headers={"x-kubemq-start": "sequence:2"})
     sid_new = c.subscribe(dest, headers={"x-kubemq-start": "new-only"})
-    msgs = c.wait_messages(2, sid_seq)
-    assert bodies(msgs) == [b"s2", b"s3"]
-    assert [m.headers.get("x-kubemq-sequence") for m in msgs] == ["2", "3"]
-    time.sleep(0.3)
-    assert c.messages(sid_new) == []
+    # Barrier: a new-only subscription that replayed s1-s3 would receive them ahead of s4.
+    pub.send(dest, b"s4", receipt=True)
+    msgs = c.wait_body(b"s4", sid_seq)
+    assert bodies(msgs) == [b"s2", b"s3", b"s4"], summarize(msgs)
+    assert [m.headers.get("x-kubemq-sequence") for m in msgs] == ["2", "3", "4"]
+    assert bodies(c.wait_body(b"s4", sid_new)) == [b"s4"], summarize(c.messages(sid_new))
 
 
 def test_queue_competing_consumers_each_message_once(connect):
@@ -127,7 +124,15 @@ def test_queue_competing_consumers_each_message_once(connect):
         if len(c1.messages(s1)) + len(c2.messages(s2)) >= 20:
             break
         time.sleep(0.05)
-    time.sleep(0.5)  # anything beyond 20 would be a duplicate
+    # Barriers instead of a pause: after an UNSUBSCRIBE's RECEIPT nothing more arrives for that
+    # subscription, and a copy still waiting in the queue would reach a fresh consumer ahead of
+    # a marker SENT (with a RECEIPT) after it.
+    c1.unsubscribe(s1)
+    c2.unsubscribe(s2)
+    c3 = connect()
+    s3 = c3.subscribe(dest)
+    pub.send(dest, b"marker", receipt=True)
+    assert bodies(c3.wait_body(b"marker", s3)) == [b"marker"], summarize(c3.messages(s3))
     got1, got2 = bodies(c1.messages(s1)), bodies(c2.messages(s2))
     got = got1 + got2
     assert len(got) == 20, f"c1={got1} c2={got2}"

@@ -1,6 +1,5 @@
 """RPC requests with no responder (seed 003, stomp-decisions "RPC"), and RECEIPTs for every
 client frame that asks for one."""
-import time
 
 import pytest
 
@@ -58,8 +57,12 @@ def test_receipts_for_send_subscribe_unsubscribe_disconnect(connect):
 
     c.conn.unsubscribe("s-r", headers={"receipt": "rcpt-unsubscribe"})
     c.wait_receipt("rcpt-unsubscribe")
+    # Barrier: a second subscription on the same connection receives the next SEND; s-r's copy,
+    # were it still subscribed, is queued with it, so a RECEIPT round trip after that brings it.
+    witness = c.subscribe(dest)
     c.send(dest, b"after-unsubscribe", receipt=True)
-    time.sleep(0.5)
+    c.wait_body(b"after-unsubscribe", witness)
+    c.sync()
     assert bodies(c.messages("s-r")) == [b"r1"], summarize(c.messages("s-r"))
 
     Client.PROTOCOLS[12].disconnect(c.conn, receipt="rcpt-disconnect")

@@ -92,12 +92,13 @@ def test_topic_fanout_across_cores(connect):
     for b in expected:
         pub.send(dest, b)
 
+    # Barrier: from one publisher every subscriber gets the events in order, so a duplicate
+    # would arrive before this marker.
+    pub.send(dest, b"marker", receipt=True)
     for c, sid in zip(clients, sids):
-        msgs = c.wait_messages(100, sid, timeout=15)
-        assert bodies(msgs) == expected
+        msgs = c.wait_body(b"marker", sid, timeout=15)
+        assert bodies(msgs) == expected + [b"marker"]
         assert {m.headers["destination"] for m in msgs} == {dest}
-    time.sleep(0.3)
-    assert [len(c.messages(sid)) for c, sid in zip(clients, sids)] == [100] * len(clients)
 
 
 def test_queue_consumers_across_cores_each_message_once(connect):
@@ -117,7 +118,15 @@ def test_queue_consumers_across_cores_each_message_once(connect):
     deadline = time.monotonic() + 20
     while total() < 200 and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.5)  # a duplicate would show up here
+    # Barriers instead of a pause: after an UNSUBSCRIBE's RECEIPT nothing more arrives for that
+    # subscription, and a copy still waiting in the queue would reach a fresh consumer ahead of
+    # a marker SENT (with a RECEIPT) after it.
+    for c, s in zip(consumers, sids):
+        c.unsubscribe(s)
+    last = connect()
+    s_last = last.subscribe(dest)
+    pub.send(dest, b"marker", receipt=True)
+    assert bodies(last.wait_body(b"marker", s_last)) == [b"marker"]
     per = [bodies(c.messages(s)) for c, s in zip(consumers, sids)]
     got = [b for p in per for b in p]
     assert len(got) == 200, f"got {len(got)} (per consumer {[len(p) for p in per]})"
