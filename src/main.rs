@@ -20,8 +20,8 @@ fn main() {
     raise_open_files_limit();
     let addr = cfg.stomp_addr;
     let (grpc_addr, grpc_threads) = (cfg.grpc_addr, cfg.grpc_threads);
-    // A gRPC subscriber may fall as far behind as a STOMP one may park (16 × SubBuffSize).
-    let grpc_limits = stompgate::grpc::Limits { subscriber_buffer: cfg.sub_buff_size.saturating_mul(16).max(1) };
+    // A gRPC subscriber buffers and parks exactly as a STOMP subscription does (`delivery`).
+    let grpc_limits = stompgate::grpc::Limits { subscriber_buffer: cfg.sub_buff_size.max(1) };
     let cpus = cfg.cpus.clone();
     // With a remote array, native clients use the array's own gRPC API: serving ours would
     // expose an empty embedded array.

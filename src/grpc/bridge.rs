@@ -35,14 +35,15 @@ pub const CONFIRM_WAIT: Duration = Duration::from_secs(60);
 /// Limits the gRPC API applies (from the gateway configuration).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// A gRPC subscriber's buffer, in messages, before deliveries to it are dropped.
+    /// A gRPC subscriber's buffer, in messages (SubBuffSize, as for a STOMP subscription);
+    /// behind it `delivery::park_limit` of this many deliveries may park.
     pub subscriber_buffer: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        // 16 × the default SubBuffSize (100), like a STOMP subscriber's parking limit.
-        Limits { subscriber_buffer: 1600 }
+        // The default SubBuffSize.
+        Limits { subscriber_buffer: 100 }
     }
 }
 

@@ -3,9 +3,9 @@
 //! A gRPC subscriber is an [`EventSink`] attached to a core like a STOMP connection: the owner of
 //! its channel (any core for a wildcard filter) hosts it, and the array delivers to its
 //! `SubRef` exactly as to a STOMP subscription. The sink's buffer holds
-//! `Limits::subscriber_buffer` messages; a delivery that finds it full parks (holding its
-//! publisher's confirmation) for up to 2 s, then is dropped and counted (KubeMQ's
-//! slow-consumer rule; events are at-most-once).
+//! `Limits::subscriber_buffer` messages; past that, deliveries follow the one slow-subscriber
+//! policy of every subscriber ([`crate::delivery`]): parked, holding their publisher's
+//! confirmation, for up to 2 s, then dropped and counted (events are at-most-once).
 use super::bridge::{Bridge, Confirmation, OnDrop};
 use super::convert::{self, Incoming};
 use super::stream::ChannelStream;
@@ -13,6 +13,7 @@ use super::{pb, validate, BoxStream};
 use crate::model::{now_unix_ns, Message, Pattern};
 use crate::mesh::handle::ArrayHandle;
 use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, StartAt, SubRef, Ticket};
+use crate::delivery::{park_limit, Next, Parking};
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
@@ -138,37 +139,29 @@ pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>) -> 
     Box::pin(ChannelStream::new(rx, Ok, ()))
 }
 
-/// How long a delivery may stay parked in a full gRPC subscriber before it is dropped (the
-/// STOMP side's `SLOW_SUBSCRIBER_GRACE`; KubeMQ's 2 s rule).
-const PARK_GRACE: Duration = crate::delivery::SLOW_SUBSCRIBER_GRACE;
-/// How often a subscriber with parked deliveries is checked for ones past [`PARK_GRACE`] even
-/// when its client reads nothing.
+/// How often a subscriber with parked deliveries is checked for ones past the grace even when
+/// its client reads nothing.
 const PARK_SWEEP: Duration = Duration::from_millis(100);
 
 /// A delivery waiting for room in the subscriber's buffer, and the publish ticket it holds.
 struct Parked {
     msg: Arc<Message>,
     ticket: Option<Ticket>,
-    since: Instant,
 }
 
-/// Parked deliveries a gRPC subscriber may have, per message of its buffer: enough for the
-/// unreceipted bursts of several publishers at once (a STOMP subscription parks 16 × its
-/// buffer).
-const PARK_FACTOR: usize = 4;
-
 /// The delivery target of one gRPC subscription: a buffer of `Limits::subscriber_buffer`
-/// messages the stream drains, and behind it up to [`PARK_FACTOR`] times as many parked
-/// deliveries. A parked delivery holds its publish ticket, so the publisher's confirmation (a
-/// STOMP RECEIPT, a store `Result`, the pacing of `SendEventsStream`) waits for this subscriber
-/// as it waits for a parked STOMP subscription; after [`PARK_GRACE`] the delivery is dropped
-/// and counted.
+/// messages (SubBuffSize) the stream drains, and behind it deliveries parked under the one
+/// slow-subscriber policy of every subscriber ([`crate::delivery`]: at most
+/// `park_limit(SubBuffSize)`, each for at most the grace). A parked delivery holds its publish
+/// ticket, so the publisher's confirmation (a STOMP RECEIPT, a store `Result`, the pacing of
+/// `SendEventsStream`) waits for this subscriber as it waits for a parked STOMP subscription.
 struct EventSink {
     tx: mpsc::Sender<Arc<Message>>,
     /// Kept in delivery order; the core thread appends, the stream side takes.
-    parked: Mutex<VecDeque<Parked>>,
+    parked: Mutex<Parking<Parked>>,
     /// Whether `parked` may be non-empty: the fast path checks this instead of locking.
     has_parked: AtomicBool,
+    /// How many deliveries may park.
     limit: usize,
     array: ArrayHandle,
     /// The core that delivers to this sink (where held tickets are settled).
@@ -177,11 +170,11 @@ struct EventSink {
 }
 
 impl EventSink {
-    fn new(tx: mpsc::Sender<Arc<Message>>, limit: usize, array: ArrayHandle, host: CoreId) -> EventSink {
-        EventSink { tx, parked: Mutex::new(VecDeque::new()), has_parked: AtomicBool::new(false), limit, array, host, dropped: AtomicU64::new(0) }
+    fn new(tx: mpsc::Sender<Arc<Message>>, buffer: usize, array: ArrayHandle, host: CoreId) -> EventSink {
+        EventSink { tx, parked: Mutex::new(Parking::default()), has_parked: AtomicBool::new(false), limit: park_limit(buffer), array, host, dropped: AtomicU64::new(0) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Parked>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Parking<Parked>> {
         self.parked.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -199,19 +192,23 @@ impl EventSink {
     }
 
     /// Moves parked deliveries into the buffer while it has room, dropping those parked past
-    /// [`PARK_GRACE`].
-    fn refill_locked(&self, parked: &mut VecDeque<Parked>, now: Instant) {
-        while let Some(p) = parked.front() {
-            if now.duration_since(p.since) >= PARK_GRACE {
-                let p = parked.pop_front().expect("front exists");
-                self.count_drop();
-                self.settle(p.ticket);
-                continue;
+    /// the grace.
+    fn refill_locked(&self, parked: &mut Parking<Parked>, now: Instant) {
+        loop {
+            let permit = self.tx.try_reserve().ok();
+            match parked.next(now, permit.is_some()) {
+                Some(Next::Expired(p)) => {
+                    self.count_drop();
+                    self.settle(p.ticket);
+                }
+                Some(Next::Deliver(p)) => {
+                    if let Some(permit) = permit {
+                        permit.send(p.msg);
+                    }
+                    self.settle(p.ticket);
+                }
+                None => break,
             }
-            let Ok(permit) = self.tx.try_reserve() else { break };
-            let p = parked.pop_front().expect("front exists");
-            permit.send(p.msg);
-            self.settle(p.ticket);
         }
         if parked.is_empty() {
             self.has_parked.store(false, Ordering::Release);
@@ -243,11 +240,10 @@ impl ExternalSink for EventSink {
         if parked.is_empty() && self.tx.try_send(Arc::clone(msg)).is_ok() {
             return false;
         }
-        if parked.len() >= self.limit * PARK_FACTOR {
+        if parked.park(Parked { msg: Arc::clone(msg), ticket }, now, self.limit).is_err() {
             self.count_drop();
             return false;
         }
-        parked.push_back(Parked { msg: Arc::clone(msg), ticket, since: now });
         self.has_parked.store(true, Ordering::Release);
         ticket.is_some()
     }
@@ -256,8 +252,9 @@ impl ExternalSink for EventSink {
 impl Drop for EventSink {
     /// The subscriber is gone: what it still held parked must not hold up its publishers.
     fn drop(&mut self) {
-        for p in std::mem::take(&mut *self.lock()) {
-            self.settle(p.ticket);
+        let tickets: Vec<Option<Ticket>> = self.lock().drain().map(|p| p.ticket).collect();
+        for ticket in tickets {
+            self.settle(ticket);
         }
     }
 }
