@@ -114,12 +114,17 @@ impl Client {
         }
     }
 
-    /// True once the server has closed the connection (reads EOF within `WAIT`), after any
-    /// remaining frames.
+    /// True once the server has closed the connection (reads EOF within `WAIT`); false if it is
+    /// still open then. Any frame that arrives first fails the test: callers ask this right
+    /// after the frame the server must close on (an ERROR, DISCONNECT's RECEIPT), so nothing
+    /// may follow it. Heart-beat EOLs are not frames and may arrive.
     pub fn closed(&mut self) -> bool {
         let deadline = Instant::now() + WAIT;
         while Instant::now() < deadline {
-            if self.frame_within(Duration::from_millis(100)).is_none() && self.eof {
+            if let Some(f) = self.frame_within(Duration::from_millis(100)) {
+                panic!("a frame arrived where the server should have closed: {:?}", String::from_utf8_lossy(&f.raw));
+            }
+            if self.eof {
                 return true;
             }
         }
