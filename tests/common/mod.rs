@@ -72,6 +72,12 @@ impl TestServer {
         TestServer { server: Some(server), addr, remote }
     }
 
+    /// Remote mode: the STOMP address of gateway A, the array (clients there use the array
+    /// directly). None on the embedded array.
+    pub fn array_stomp_addr(&self) -> Option<SocketAddr> {
+        self.remote.as_ref().map(|(array, _)| array.stomp_addr())
+    }
+
     pub fn server(&self) -> &Server {
         self.server.as_ref().unwrap()
     }
@@ -99,6 +105,15 @@ impl TestServer {
     /// Stops the server and waits for it (what SIGTERM does).
     pub fn stop(mut self) {
         self.stop_all();
+    }
+
+    /// Stops only the gateway the STOMP clients talk to and waits for it; in remote mode the
+    /// array (gateway A) keeps running until the `TestServer` is dropped, as a KubeMQ array
+    /// outlives the gateways in front of it.
+    pub fn stop_gateway(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
     }
 
     fn stop_all(&mut self) {
