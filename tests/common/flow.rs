@@ -218,3 +218,25 @@ pub fn forwarding_responder(server: &TestServer, pattern: Pattern, channel: &str
     sync_array(server, owner(server, pattern, channel));
     rx
 }
+
+/// Waits until a publisher counting its SENDs in `sent` is held back: no new SEND for 200 ms
+/// after at least one. Returns where it stopped. Fails if it sends all `n` (nothing held it)
+/// or is still going after 20 s. Tests that pause a subscriber use this instead of a fixed
+/// pause, so the pause ends soon after the publisher is held, well inside the 2 s grace.
+pub fn wait_until_held(sent: &AtomicU64, n: usize) -> usize {
+    const STILL: Duration = Duration::from_millis(200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = sent.load(Ordering::SeqCst);
+    let mut since = std::time::Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = sent.load(Ordering::SeqCst);
+        assert!((now as usize) < n, "the publisher sent all {n}: nothing held it back");
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        } else if now > 0 && since.elapsed() >= STILL {
+            return now as usize;
+        }
+        assert!(std::time::Instant::now() < deadline, "the publisher was never held back (at {now} of {n})");
+    }
+}
