@@ -13,7 +13,6 @@ use bytes::Bytes;
 use common::props::*;
 use common::*;
 use std::sync::Arc;
-use std::time::Duration;
 use stompgate::model::{Channel, Pattern, Tags};
 use stompgate::route::DefaultPattern;
 use stompgate::mesh::msg::RpcOutcome;
