@@ -25,7 +25,10 @@
 # Scenarios: fanout 1->4 unbounded (receipt every 1000); fanout 1->4 at --rate 2000 (latency);
 # queue 2->2; connect (4 workers); idle. Every broker is loopback-only.
 # Raw results: perf/results/compare-<UTC time>.jsonl, one line per run:
-#   {"run":N,"case":"...","broker":"...","exit":RC,"result":<stompgate-load --json line or null>}
+#   {"run":N,"case":"...","broker":"...","exit":RC,"commit":"<git rev-parse HEAD>[-dirty]",
+#    "stompgate_sha256":"<sha256 of target/release/stompgate>","result":<stompgate-load --json line or null>}
+#   (commit and stompgate_sha256 say which code and which binary stompgate's figures came from;
+#   they are on every line, the peers' too, so a line is self-describing.)
 # Exit 3 from the harness (loss or duplicates) is recorded, not fatal. The machine running
 # this should be otherwise idle: every broker here shares its cores with the harness.
 set -euo pipefail
@@ -213,6 +216,11 @@ case_args() {
     esac
 }
 
+# Which code and which binary: every raw line records both.
+COMMIT="$(git rev-parse HEAD)"
+[ -z "$(git status --porcelain --untracked-files=no)" ] || COMMIT="$COMMIT-dirty"
+SG_SHA256="$(sha256sum "$ROOT/target/release/stompgate" | cut -d' ' -f1)"
+
 mkdir -p perf/results
 OUT="perf/results/compare-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
 echo "compare.sh: brokers: ${BROKERS[*]}; $RUNS run(s); results: $OUT" >&2
@@ -232,8 +240,8 @@ for run in $(seq 1 "$RUNS"); do
                 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "cmp-$case-$run-$$" \
                 --label "$b" --json --quiet "${pid_args[@]}")" || rc=$?
             [ -n "$line" ] || line=null
-            printf '{"run":%d,"case":"%s","broker":"%s","exit":%d,"result":%s}\n' \
-                "$run" "$case" "$b" "$rc" "$line" >>"$OUT"
+            printf '{"run":%d,"case":"%s","broker":"%s","exit":%d,"commit":"%s","stompgate_sha256":"%s","result":%s}\n' \
+                "$run" "$case" "$b" "$rc" "$COMMIT" "$SG_SHA256" "$line" >>"$OUT"
             sleep 1
         done
     done

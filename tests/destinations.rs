@@ -13,7 +13,6 @@ use bytes::Bytes;
 use common::props::*;
 use common::*;
 use std::sync::Arc;
-use std::time::Duration;
 use stompgate::model::{Channel, Pattern, Tags};
 use stompgate::route::DefaultPattern;
 use stompgate::mesh::msg::RpcOutcome;
@@ -363,8 +362,8 @@ fn subscribe_to_query_is_refused() {
 // ---- RPC rows: /command/, /query/, their aliases, and /reply/ ----
 
 /// Attaches a responder to (pattern, channel) that answers with the channel it was asked on,
-/// then SENDs requests to `send_dest` until it answers (the responder registration travels a
-/// different path than the request), and returns the reply MESSAGE.
+/// waits until the owner core has registered it (a probe through the same core is the
+/// barrier), then SENDs one request to `send_dest` and returns the reply MESSAGE.
 fn rpc_reply(server: &TestServer, pattern: Pattern, channel: &str, send_dest: &str) -> Frame {
     let handle = server.array();
     let responder_handle = handle.clone();
@@ -383,22 +382,17 @@ fn rpc_reply(server: &TestServer, pattern: Pattern, channel: &str, send_dest: &s
         }),
     );
     assert!(ok);
+    common::flow::sync_array(server, common::flow::owner(server, pattern, channel));
     let mut c = server.connected();
     let reply = format!("/reply/{}", unique("r"));
     subscribe(&mut c, "r", &reply, &[]);
-    for _ in 0..100 {
-        c.send("SEND", &[("destination", send_dest), ("reply-to", &reply)], b"req");
-        let m = c.frame();
-        assert_eq!(m.command, "MESSAGE", "{m:?}");
-        assert_eq!(m.header("destination"), Some(reply.as_str()));
-        assert_eq!(m.header("subscription"), Some("r"));
-        if m.header("stomp-error") == Some("no-responder") {
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
-        }
-        return m;
-    }
-    panic!("the responder never saw a request on {send_dest}");
+    c.send("SEND", &[("destination", send_dest), ("reply-to", &reply)], b"req");
+    let m = c.frame();
+    assert_eq!(m.command, "MESSAGE", "{m:?}");
+    assert_eq!(m.header("destination"), Some(reply.as_str()));
+    assert_eq!(m.header("subscription"), Some("r"));
+    assert_eq!(m.header("stomp-error"), None, "the responder on {channel} did not answer {send_dest}: {m:?}");
+    m
 }
 
 #[test]

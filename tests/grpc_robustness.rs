@@ -126,11 +126,11 @@ fn bad_requests_and_responses_are_invalid_argument_with_the_kubemq_error() {
             (request(2, "a.*", b"x", 1000), 107),
             (pb::Request { cache_key: "k".into(), cache_ttl: 0, ..request(2, &svc, b"x", 1000) }, 116),
         ];
+        // Validation comes first: with no responder on `svc`, a request that got past it
+        // would be NOT_FOUND, so INVALID_ARGUMENT with the numbered text is the check.
         for (r, n) in cases {
-            let started = Instant::now();
             let status = fails("SendRequest", c.send_request(r.clone())).await;
             assert_kubemq_status(&status, Code::InvalidArgument, n);
-            assert!(started.elapsed() < Duration::from_secs(1), "validation must not wait for a responder");
         }
 
         // SendResponse.

