@@ -43,8 +43,12 @@ fn is_dropped_on_ingress(name: &str) -> bool {
     name.is_empty() || MACHINERY.contains(&name) || name.starts_with("stomp.") || name.starts_with("x-kubemq-")
 }
 
-/// The model: the first occurrences that survive ingress, or the limit they break.
-fn model(headers: &[(String, String)]) -> Result<(Vec<(String, String)>, Vec<(String, String)>), TagError> {
+/// Header (name, value) pairs, in order.
+type Pairs = Vec<(String, String)>;
+
+/// The model: the first occurrences that survive ingress (standard, custom), or the limit
+/// they break.
+fn model(headers: &[(String, String)]) -> Result<(Pairs, Pairs), TagError> {
     let mut standard = Vec::new();
     let mut custom = Vec::new();
     let mut seen: Vec<&str> = Vec::new();
