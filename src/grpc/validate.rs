@@ -1,9 +1,11 @@
 //! Request validation with KubeMQ's error numbers and texts (kubemq-grpc.md §7.1), so SDK users
-//! see the messages they know. Channel rules follow kubemq-patterns.md §1.1: non-empty, no
-//! whitespace, no trailing `.`, and `*` / `>` only where wildcards are allowed (Events
-//! subscriptions). Deliberately not enforced: KubeMQ's "message/request has neither metadata
-//! nor body" (110 / 115), since a STOMP SEND with an empty body is valid and reaches the array
-//! through this API in remote-array mode.
+//! see the messages they know. Channel rules follow kubemq-patterns.md §1.1 and live in
+//! `route::channel`, shared with the STOMP router: non-empty, no whitespace, no trailing `.`,
+//! and `*` / `>` only where wildcards are allowed (Events subscriptions). Deliberately not
+//! enforced: KubeMQ's "message/request has neither metadata nor body" (110 / 115), since a
+//! STOMP SEND with an empty body is valid and reaches the array through this API in
+//! remote-array mode.
+use crate::route::{check_channel, ChannelError};
 use tonic::Status;
 
 /// A KubeMQ validation failure: its number and text.
@@ -80,21 +82,15 @@ pub fn channel(name: &str) -> Result<(), Invalid> {
     channel_with(name, false)
 }
 
-/// A channel that may hold `*` / `>` when `wildcards` is set (Events subscriptions).
+/// A channel that may hold `*` / `>` when `wildcards` is set (Events subscriptions). The rule
+/// is the router's too (`route::check_channel`), so every channel a STOMP client can name passes.
 pub fn channel_with(name: &str, wildcards: bool) -> Result<(), Invalid> {
-    if name.is_empty() {
-        return Err(NO_CHANNEL);
-    }
-    if name.chars().any(char::is_whitespace) {
-        return Err(WHITESPACE);
-    }
-    if name.ends_with('.') {
-        return Err(TRAILING_DOT);
-    }
-    if !wildcards && name.contains(['*', '>']) {
-        return Err(WILDCARD);
-    }
-    Ok(())
+    check_channel(name, wildcards).map_err(|e| match e {
+        ChannelError::Empty => NO_CHANNEL,
+        ChannelError::Whitespace => WHITESPACE,
+        ChannelError::TrailingDot => TRAILING_DOT,
+        ChannelError::Wildcard => WILDCARD,
+    })
 }
 
 /// A queue name: the channel rules, reported as KubeMQ's single queue-name error.

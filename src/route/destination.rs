@@ -4,6 +4,7 @@
 //! pattern, the rest are `.`-joined into the KubeMQ channel. Egress reverses the join and always
 //! uses the primary prefix, so aliases never reach a subscriber.
 use crate::model::{Channel, Pattern};
+use crate::route::channel::check_channel;
 use crate::route::wildcard::Filter;
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -77,7 +78,9 @@ fn prefix_pattern(segment: &[u8]) -> Option<Pattern> {
 ///    `DefaultPattern::None` → `Invalid`;
 /// 5. wildcards: any `*`/`>` outside an Events SUBSCRIBE, or not a whole token, or a `>` that
 ///    is not the final token → `Invalid`;
-/// 6. intent: SEND to Reply → `SendToReply`; SUBSCRIBE to Commands/Queries → `SubscribeToRpc`.
+/// 6. the channel rule shared with the gRPC API ([`check_channel`]): not UTF-8, any
+///    whitespace, or a trailing `.` → `Invalid`;
+/// 7. intent: SEND to Reply → `SendToReply`; SUBSCRIBE to Commands/Queries → `SubscribeToRpc`.
 ///
 /// Intent comes last so that a well-formed but misdirected destination (`SUBSCRIBE /command/x`,
 /// `SEND /reply/r`) gets the specific error, while anything malformed is `invalid destination`.
@@ -113,7 +116,12 @@ pub fn parse_destination(raw: &[u8], default: DefaultPattern, intent: Intent) ->
     };
     // 5. Wildcards.
     let wildcard = check_wildcards(rest, pattern, intent)?;
-    // 6. Intent.
+    // 6. The channel rule. Checked on the slash form, which differs from the dotted channel
+    //    only in '/' vs '.': neither is whitespace or a wildcard, and `rest` never ends in '/'.
+    if !std::str::from_utf8(rest).is_ok_and(|name| check_channel(name, wildcard).is_ok()) {
+        return Err(DestinationError::Invalid);
+    }
+    // 7. Intent.
     match (intent, pattern) {
         (Intent::Send, Pattern::Reply) => return Err(DestinationError::SendToReply),
         (Intent::Subscribe, Pattern::Commands | Pattern::Queries) => return Err(DestinationError::SubscribeToRpc),
@@ -331,13 +339,31 @@ mod tests {
     }
 
     #[test]
-    fn segments_are_any_non_slash_bytes() {
-        let d = parse_destination(b"/queue/\xff\x00:x/y z", DefaultPattern::Events, Intent::Send).unwrap();
+    fn segments_are_any_utf8_text_but_slash_and_whitespace() {
+        let d = parse_destination("/queue/\u{e9}\x00:x/y+z#".as_bytes(), DefaultPattern::Events, Intent::Send).unwrap();
         assert_eq!(d.pattern, Pattern::Queues);
-        assert_eq!(d.channel.as_bytes(), b"\xff\x00:x.y z");
+        assert_eq!(d.channel.as_bytes(), "\u{e9}\x00:x.y+z#".as_bytes());
         assert!(!d.wildcard);
         // A prefix name further down the path is just a segment.
         assert_eq!(send("/topic/queue/reply"), ok(Pattern::Events, "queue.reply"));
+    }
+
+    // The channel rule shared with the gRPC API (route::channel): what KubeMQ would refuse
+    // through a remote array is refused here too, as a malformed destination.
+    #[test]
+    fn channels_the_grpc_api_refuses_are_invalid() {
+        for raw in ["/queue/my orders", "/topic/a\tb", "/topic/a/b\u{a0}c", "x y", "/topic/a.", "/topic/a/b.", "/queue/."] {
+            assert_eq!(send(raw), Err(Invalid), "{raw:?}");
+            assert_eq!(sub(raw), Err(Invalid), "{raw:?}");
+        }
+        // Not UTF-8: a gRPC channel is a protobuf string.
+        assert_eq!(parse_destination(b"/queue/\xff", DefaultPattern::Events, Intent::Send), Err(Invalid));
+        // Malformed beats misdirected.
+        assert_eq!(sub("/command/a b"), Err(Invalid));
+        assert_eq!(send("/reply/r."), Err(Invalid));
+        // A leading or inner literal dot is not refused (KubeMQ accepts it).
+        assert_eq!(send("/topic/.a"), ok(Pattern::Events, ".a"));
+        assert_eq!(send("/topic/a..b"), ok(Pattern::Events, "a..b"));
     }
 
     // Seed 000/001 "Wildcards — Events only, subscribe only".

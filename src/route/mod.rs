@@ -1,8 +1,10 @@
 //! Destination routing and header ⇄ tag mapping (seeds 000/001). Pure functions.
+pub mod channel;
 pub mod destination;
 pub mod tags;
 pub mod wildcard;
 
+pub use channel::{check_channel, ChannelError};
 pub use destination::{
     parse_destination, write_egress_destination, DefaultPattern, Destination, DestinationError, Intent,
     MAX_DESTINATION_LEN,

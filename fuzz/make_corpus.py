@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpus of every fuzz target into fuzz/corpus/<target>/: a few real
+frames, requests and header values, each a small file named for what it is. Re-run after
+changing a target's input layout (see the comment at the top of each target)."""
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent / "corpus"
+
+
+def write(target, name, data):
+    d = ROOT / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data)
+
+
+# ---- decode: first byte & 7 = how many piece sizes follow, then the wire bytes ----
+FRAMES = {
+    "connect-1.2": b"CONNECT\naccept-version:1.0,1.1,1.2\nhost:localhost\nheart-beat:1000,2000\nlogin:u\npasscode:p\n\n\0",
+    "stomp-1.1": b"STOMP\naccept-version:1.1\nhost:h\n\n\0",
+    "send-receipt": b"SEND\ndestination:/queue/orders/new\nreceipt:r1\ncontent-type:text/plain\ncontent-length:5\n\nhello\0",
+    "send-nul-body": b"SEND\ndestination:/topic/a\ncontent-length:3\n\na\0b\0",
+    "subscribe-ack": b"SUBSCRIBE\nid:s1\ndestination:/topic/orders/*\nack:client-individual\n\n\0",
+    "ack-nack": b"ACK\nid:m-1\n\n\0NACK\nid:m-2\ntransaction:t1\n\n\0",
+    "escapes-crlf": b"SEND\r\ndestination:/queue/x\r\na\\cb:c\\\\d\\ne\\r\r\n\r\nbody\0",
+    "heart-beats": b"\n\r\n\nDISCONNECT\nreceipt:bye\n\n\0\n",
+    "transaction": b"BEGIN\ntransaction:t1\n\n\0SEND\ndestination:/queue/q\ntransaction:t1\n\nx\0COMMIT\ntransaction:t1\n\n\0",
+    "rpc-request": b"SEND\ndestination:/command/exec\nreply-to:/reply/r1\ntimeout:5000\ncorrelation-id:c1\n\n{}\0",
+    "store-subscribe": b"SUBSCRIBE\nid:2\ndestination:/topic-store/audit\nx-kubemq-start:sequence:5\n\n\0",
+}
+for name, frame in FRAMES.items():
+    write("decode", name, b"\0" + frame)
+# Two cut into pieces of 3 and 7 bytes.
+write("decode", "cut-send", b"\x02\x03\x07" + FRAMES["send-receipt"])
+write("decode", "cut-connect", b"\x01\x01" + FRAMES["connect-1.2"])
+
+
+# ---- grpc_request: first byte % 7 picks the request type, then its protobuf encoding ----
+def varint(n):
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field(number, wire_type, payload):
+    return varint(number << 3 | wire_type) + payload
+
+
+def s(number, value):
+    value = value.encode() if isinstance(value, str) else value
+    return field(number, 2, varint(len(value)) + value)
+
+
+def i(number, value):
+    return field(number, 0, varint(value))
+
+
+def tags(number, pairs):
+    return b"".join(s(number, s(1, k) + s(2, v)) for k, v in pairs)
+
+
+EVENT = s(1, "e-1") + s(2, "client") + s(3, "orders.eu") + s(4, "meta") + s(5, b"\x00body\xff") + tags(7, [("k", "v"), ("stomp.type", "t")])
+QUEUE_MESSAGE = s(1, "") + s(2, "client") + s(3, "jobs") + s(5, b"work") + tags(6, [("a", "1")])
+POLICY = s(8, i(1, 60) + i(2, 1) + i(3, 3) + s(4, "jobs.dead"))
+GRPC = {
+    "event": b"\x00" + EVENT,
+    "event-store": b"\x00" + EVENT + i(6, 1),
+    "event-bad-channel": b"\x00" + s(2, "c") + s(3, "my orders"),
+    "subscribe-events-wildcard": b"\x01" + i(1, 1) + s(2, "c") + s(3, "orders.*") + s(4, "g"),
+    "subscribe-store-sequence": b"\x01" + i(1, 2) + s(2, "c") + s(3, "audit") + i(5, 4) + i(6, 5),
+    "queue-message-policy": b"\x02" + QUEUE_MESSAGE + POLICY,
+    "queue-batch": b"\x03" + s(1, "b1") + s(2, QUEUE_MESSAGE) + s(2, QUEUE_MESSAGE + POLICY),
+    "request-query": b"\x04" + s(1, "r1") + i(2, 2) + s(3, "c") + s(4, "lookup") + s(6, b"q") + i(8, 5000) + tags(12, [("x", "y")]),
+    "response": b"\x05" + s(1, "responder") + s(2, "r1") + s(3, "reply.r1") + s(5, b"ok") + i(7, 1700000000000000000) + i(8, 1) + s(9, "") + tags(11, [("t", "1")]),
+    "pull": b"\x06" + s(1, "p1") + s(2, "c") + s(3, "jobs") + i(4, 10) + i(5, 1) + i(6, 0),
+    "pull-negative": b"\x06" + s(2, "c") + s(3, "jobs") + i(4, -1) + i(5, -5),
+}
+for name, data in GRPC.items():
+    write("grpc_request", name, data)
+
+# ---- destination: flag byte (bits 0-1 default pattern, bit 2 subscribe), destination, LF, headers ----
+DESTS = {
+    "send-queue": (0, b"/queue/orders/new", b"content-type:text/plain\npriority:5\nx-custom:1\n"),
+    "subscribe-wildcard": (4, b"/topic/orders/*/eu/>", b""),
+    "bare-queues": (1, b"sensor/temp", b"correlation-id:c1\nreply-to:/reply/r\ntype:t\n"),
+    "reply": (4, b"/reply/r1", b""),
+    "alias-store": (2, b"/store/audit/2026", b"stomp.type:spoof\nx-kubemq-metadata:spoof\ndestination:/x\n"),
+    "space": (0, b"/queue/my orders", b"a:b\na:dup\n"),
+    "literal-dots": (0, b"/topic/a.b/c..d", b":empty-name\nname-only\n"),
+    "none-default": (3, b"orders", b""),
+}
+for name, (flags, dest, headers) in DESTS.items():
+    write("destination", name, bytes([flags]) + dest + b"\n" + headers)
+
+# ---- connect_values: the raw header value ----
+VALUES = {
+    "heart-beat": b"10000,10000",
+    "heart-beat-spaces": b" 0 , 18446744073709551615 ",
+    "heart-beat-overflow": b"18446744073709551616,0",
+    "accept-version": b"1.0,1.1,1.2",
+    "accept-version-noise": b" 2.0 ,, 1.1 ",
+    "start-sequence": b"sequence:5",
+    "start-time-rfc3339": b"time:2023-11-14T23:13:20.5+01:00",
+    "start-time-unix": b"time:1700000000",
+    "start-delta": b"time-delta:10",
+    "start-first": b"first",
+}
+for name, value in VALUES.items():
+    write("connect_values", name, value)
