@@ -6,8 +6,9 @@
 //! `Limits::subscriber_buffer` messages; a delivery that finds it full parks (holding its
 //! publisher's confirmation) for up to 2 s, then is dropped and counted (KubeMQ's
 //! slow-consumer rule; events are at-most-once).
-use super::bridge::{Bridge, Confirmation, OnDrop};
-use super::convert::{self, Incoming};
+use super::bridge::{Bridge, OnDrop};
+use crate::mesh::confirm::Confirmation;
+use crate::wire::convert::{self, Incoming};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::model::{now_unix_ns, Message, Pattern};
