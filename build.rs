@@ -1,4 +1,4 @@
-//! Generates the KubeMQ gRPC types, server and client (`src/grpc/`) from `proto/kubemq.proto`.
+//! Generates the KubeMQ gRPC types, server and client (`src/wire/`) from `proto/kubemq.proto`.
 //!
 //! protoc comes from the `protoc-bin-vendored` crate, so building needs no system protoc.
 

@@ -5,7 +5,8 @@
 //! 1. pure protocol — [`stomp`], [`route`], [`model`];
 //! 2. session — [`session`], one connection's protocol state machine;
 //! 3. per-core I/O — [`runtime`], [`conn`], [`array`];
-//! 4. the KubeMQ gRPC API — [`grpc`] (served) and [`egress`] (remote array client).
+//! 4. the KubeMQ gRPC API — [`grpc`] (served) and [`egress`] (remote array client), both
+//!    speaking the shared wire types of [`wire`].
 pub mod config;
 pub mod model;
 pub mod mesh;
@@ -16,6 +17,7 @@ pub mod conn;
 pub mod delivery;
 pub mod engine;
 pub mod runtime;
+pub mod wire;
 pub mod grpc;
 pub mod egress;
 pub mod telemetry;

@@ -8,7 +8,7 @@ mod common;
 
 use common::TestServer;
 use std::time::Duration;
-use stompgate::grpc::pb::{kubemq_client::KubemqClient, Empty, StreamQueueMessagesRequest};
+use stompgate::wire::pb::{kubemq_client::KubemqClient, Empty, StreamQueueMessagesRequest};
 use tokio::time::timeout;
 use tonic::Code;
 

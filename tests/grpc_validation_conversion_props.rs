@@ -12,8 +12,8 @@ use prost::Message as _;
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
-use stompgate::grpc::convert::{self, Incoming};
-use stompgate::grpc::{pb, validate};
+use stompgate::wire::convert::{self, Incoming};
+use stompgate::{grpc::validate, wire::pb};
 use stompgate::mesh::msg::{Pulled, RpcOutcome};
 use stompgate::model::Channel;
 

@@ -126,15 +126,15 @@ fn a_gateway_reaches_a_tls_array_that_requires_a_token() {
     rt.block_on(async {
         let with = |token: Option<&str>| RemoteArray { authority: format!("localhost:{port}"), tls: true, ca_file: Some(ca_file.clone()), token: token.map(Into::into) };
         let mut anonymous = stompgate::egress::client(&with(None)).unwrap();
-        let refused = anonymous.ping(stompgate::grpc::pb::Empty {}).await.expect_err("no token, no service");
+        let refused = anonymous.ping(stompgate::wire::pb::Empty {}).await.expect_err("no token, no service");
         assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
         let mut wrong = stompgate::egress::client(&with(Some("guess"))).unwrap();
-        assert_eq!(wrong.ping(stompgate::grpc::pb::Empty {}).await.unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert_eq!(wrong.ping(stompgate::wire::pb::Empty {}).await.unwrap_err().code(), tonic::Code::Unauthenticated);
         let mut right = stompgate::egress::client(&with(Some("s3cret"))).unwrap();
-        assert!(right.ping(stompgate::grpc::pb::Empty {}).await.is_ok());
+        assert!(right.ping(stompgate::wire::pb::Empty {}).await.is_ok());
         // Plain HTTP/2 to a TLS-only listener gets nowhere.
         let mut cleartext = stompgate::egress::client(&RemoteArray { tls: false, ca_file: None, ..with(Some("s3cret")) }).unwrap();
-        assert!(cleartext.ping(stompgate::grpc::pb::Empty {}).await.is_err());
+        assert!(cleartext.ping(stompgate::wire::pb::Empty {}).await.is_err());
     });
     let _ = std::fs::remove_file(&ca_file);
     pair.stop();

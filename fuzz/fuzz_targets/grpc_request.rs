@@ -7,8 +7,8 @@
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;
 use std::sync::Arc;
-use stompgate::grpc::convert::{self, Incoming};
-use stompgate::grpc::{pb, validate};
+use stompgate::wire::convert::{self, Incoming};
+use stompgate::{grpc::validate, wire::pb};
 use stompgate::mesh::msg::{Pulled, RpcOutcome};
 
 fn event(bytes: &[u8]) {

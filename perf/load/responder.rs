@@ -1,4 +1,4 @@
-//! The `rpc` scenario's responder: a native KubeMQ gRPC client (`stompgate::grpc::pb`) on a
+//! The `rpc` scenario's responder: a native KubeMQ gRPC client (`stompgate::wire::pb`) on a
 //! small tokio runtime of its own (one worker thread). It subscribes to the run's Commands or
 //! Queries channel with SubscribeToRequests and answers every request at once with
 //! SendResponse: `Executed`, the request's body echoed, the time. Each answer is its own task,
@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use stompgate::grpc::pb;
-use stompgate::grpc::pb::kubemq_client::KubemqClient;
+use stompgate::wire::pb;
+use stompgate::wire::pb::kubemq_client::KubemqClient;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::conn::LoadError;
@@ -77,8 +77,8 @@ impl Responder {
                 .await
                 .map_err(|e| LoadError::Connect { addr: grpc.to_owned(), source: io::Error::other(chain(&e)) })?;
             let mut client = KubemqClient::new(connection)
-                .max_decoding_message_size(stompgate::grpc::MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(stompgate::grpc::MAX_MESSAGE_BYTES);
+                .max_decoding_message_size(stompgate::wire::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(stompgate::wire::MAX_MESSAGE_BYTES);
             let stream = match tokio::time::timeout(SETUP_TIMEOUT, client.subscribe_to_requests(sub)).await {
                 Ok(Ok(r)) => r.into_inner(),
                 Ok(Err(status)) => return Err(LoadError::Server { context, text: status.to_string() }),

@@ -11,8 +11,8 @@
 use super::backoff::Backoff;
 use super::publish::Outbound;
 use super::Worker;
-use crate::grpc::convert::{bytes_of, channel_of, tags_from_map};
-use crate::grpc::pb;
+use crate::wire::convert::{bytes_of, channel_of, tags_from_map};
+use crate::wire::pb;
 use crate::model::{Channel, Message};
 use crate::mesh::msg::{CoreMsg, Settle, SubRef};
 use crate::telemetry::Counted;
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-use crate::grpc::queues::kind::{ACK_RANGE, GET, NACK_RANGE, REQUEUE_RANGE};
+use crate::wire::kind::{ACK_RANGE, GET, NACK_RANGE, REQUEUE_RANGE};
 /// How long one Get waits at the array for a first message (its floor in KubeMQ).
 const GET_WAIT_MS: i32 = 1000;
 /// How often held messages are checked against the ack timeout.

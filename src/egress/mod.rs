@@ -29,7 +29,7 @@ pub mod rpc;
 pub mod subscribe;
 
 use crate::config::{Config, RemoteArray};
-use crate::grpc::pb::kubemq_client::KubemqClient;
+use crate::wire::pb::kubemq_client::KubemqClient;
 use crate::mesh::handle::ArrayHandle;
 use crate::mesh::msg::{CoreId, CoreMsg, Ticket};
 use std::rc::Rc;
@@ -116,8 +116,8 @@ pub fn client(remote: &RemoteArray) -> Result<Client, String> {
     };
     let channel = endpoint.connect_lazy();
     Ok(KubemqClient::with_interceptor(channel, Auth(token))
-        .max_decoding_message_size(crate::grpc::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(crate::grpc::MAX_MESSAGE_BYTES))
+        .max_decoding_message_size(crate::wire::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(crate::wire::MAX_MESSAGE_BYTES))
 }
 
 /// Starts core `core`'s egress thread, pinned to `cpu`. Returns once the thread has its
@@ -168,7 +168,7 @@ pub struct Worker {
     pub client_id: String,
     pub metrics: crate::telemetry::EgressMetrics,
     /// Confirms deliveries handed to the core, to pace subscription streams (see [`subscribe`]).
-    pub confirmer: std::sync::Arc<crate::grpc::bridge::Confirmer>,
+    pub confirmer: std::sync::Arc<crate::mesh::confirm::Confirmer>,
     publisher: publish::Publisher,
     subscriptions: subscribe::Subscriptions,
     consumers: consume::Consumers,
@@ -176,12 +176,12 @@ pub struct Worker {
 
 impl Worker {
     fn new(core: CoreId, client: Client, back: ArrayHandle, cfg: Arc<Config>) -> Rc<Worker> {
-        let host = crate::grpc::service::host_name().unwrap_or_else(|| "gateway".into());
+        let host = crate::wire::host_name().unwrap_or_else(|| "gateway".into());
         Rc::new_cyclic(|me| Worker {
             core,
             client_id: format!("stompgate-{host}-{core}"),
             metrics: crate::telemetry::EgressMetrics::new(core),
-            confirmer: crate::grpc::bridge::Confirmer::attach(&back, [core]),
+            confirmer: crate::mesh::confirm::Confirmer::attach(&back, [core]),
             publisher: publish::Publisher::new(me.clone()),
             subscriptions: subscribe::Subscriptions::new(me.clone()),
             consumers: consume::Consumers::new(me.clone()),

@@ -8,8 +8,8 @@
 //! while the array is unreachable are dropped and counted, not buffered without bound.
 use super::backoff::Backoff;
 use super::{Worker, GIVE_UP};
-use crate::grpc::convert::{string_of, tags_to_map};
-use crate::grpc::pb;
+use crate::wire::convert::{string_of, tags_to_map};
+use crate::wire::pb;
 use crate::model::{Message, Pattern};
 use crate::mesh::msg::Ticket;
 use crate::telemetry::{Counted, Stream as StreamKind};

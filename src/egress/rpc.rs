@@ -1,8 +1,8 @@
 //! Commands and Queries through the array: `SendRequest` with the effective timeout; the
 //! outcome goes back to the requester's `/reply/` subscription as on the embedded array.
 use super::Worker;
-use crate::grpc::convert::{string_of, tags_to_map};
-use crate::grpc::pb;
+use crate::wire::convert::{string_of, tags_to_map};
+use crate::wire::pb;
 use crate::model::Pattern;
 use crate::mesh::msg::{CoreMsg, RpcOutcome, RpcRequest};
 use std::rc::Rc;
@@ -29,7 +29,7 @@ pub fn request(w: Rc<Worker>, req: RpcRequest) {
         let mut client = w.client.clone();
         let call = client.send_request(request);
         let outcome = match tokio::time::timeout(Duration::from_millis(req.timeout_ms) + VERDICT_GRACE, call).await {
-            Ok(Ok(r)) => crate::grpc::convert::outcome_of_response(r.into_inner()),
+            Ok(Ok(r)) => crate::wire::convert::outcome_of_response(r.into_inner()),
             Ok(Err(status)) => {
                 let outcome = outcome_of(&status);
                 if matches!(outcome, RpcOutcome::Unavailable) {

@@ -9,11 +9,11 @@
 //! the core are paced by confirmations (see [`PACE_WINDOW`]).
 use super::backoff::Backoff;
 use super::Worker;
-use crate::grpc::convert::{bytes_of, channel_of, tags_from_map};
-use crate::grpc::pb;
+use crate::wire::convert::{bytes_of, channel_of, tags_from_map};
+use crate::wire::pb;
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::mesh::msg::{CoreMsg, StartAt, SubRef, Ticket};
-use crate::grpc::bridge::Confirmation;
+use crate::mesh::confirm::Confirmation;
 use crate::telemetry::Counted;
 use std::collections::VecDeque;
 use bytes::Bytes;

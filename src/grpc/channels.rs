@@ -67,7 +67,7 @@ pub async fn handle(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status> 
             if r.metadata == "create-channel" {
                 b.declared.lock().insert((channel_type, name));
             } else {
-                let channel = super::convert::channel_of(&name);
+                let channel = crate::wire::convert::channel_of(&name);
                 let owner = b.owner_of(pattern, &channel);
                 b.array.send(owner, CoreMsg::DeleteChannel { pattern, channel });
                 b.declared.lock().remove(&(channel_type, name));

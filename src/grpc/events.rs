@@ -6,8 +6,9 @@
 //! `Limits::subscriber_buffer` messages; past that, deliveries follow the one slow-subscriber
 //! policy of every subscriber ([`crate::delivery`]): parked, holding their publisher's
 //! confirmation, for up to 2 s, then dropped and counted (events are at-most-once).
-use super::bridge::{Bridge, Confirmation, OnDrop};
-use super::convert::{self, Incoming};
+use super::bridge::{Bridge, OnDrop};
+use crate::mesh::confirm::Confirmation;
+use crate::wire::convert::{self, Incoming};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::model::{now_unix_ns, Message, Pattern};

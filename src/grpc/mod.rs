@@ -6,14 +6,14 @@
 //! any thread, so the gRPC side needs no core of its own.
 //!
 //! Each RPC is served by the module of its pattern ([`service`] has the table); [`bridge`]
-//! holds what they share (ids, confirmations from the cores). The STOMP cores never wait on
-//! gRPC: every hand-off from a core to a gRPC stream is a non-blocking channel send.
+//! holds what they share (ids, the confirmer of array operations). The wire types and their
+//! conversions are in [`crate::wire`], which the egress client uses too. The STOMP cores never
+//! wait on gRPC: every hand-off from a core to a gRPC stream is a non-blocking channel send.
 // `tonic::Status` (176 bytes) is the error type the generated service trait fixes; boxing it
 // in the helpers would only move the allocation to the error path of every handler.
 #![allow(clippy::result_large_err)]
 pub mod bridge;
 pub mod channels;
-pub mod convert;
 pub mod events;
 pub mod queues;
 pub mod rpc;
@@ -26,20 +26,13 @@ pub use bridge::Limits;
 /// A server stream of `T`.
 pub type BoxStream<T> = std::pin::Pin<Box<dyn futures_lite::Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
 
-/// Types, server and client generated from `proto/kubemq.proto` by `build.rs`.
-#[allow(clippy::all, clippy::pedantic, missing_docs, non_camel_case_types)]
-pub mod pb {
-    tonic::include_proto!("kubemq");
-}
+use crate::wire::pb;
+use crate::wire::MAX_MESSAGE_BYTES;
 
 use crate::mesh::handle::ArrayHandle;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// Largest message the server decodes or encodes: the community server's default
-/// `Grpc.BodyLimit` (100 MiB), not tonic's 4 MiB.
-pub const MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
 
 /// How long a graceful shutdown waits for open calls and connections before abandoning them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);

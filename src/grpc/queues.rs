@@ -8,7 +8,8 @@
 //! `SubRef` and settles them by tag. When the stream ends, everything it still holds goes back
 //! to the head of its queue.
 use super::bridge::{Bridge, HOLDER_CORE};
-use super::convert::{self, Incoming};
+use crate::mesh::confirm::Confirmation;
+use crate::wire::convert::{self, Incoming};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
@@ -77,7 +78,7 @@ fn error_result(message_id: String, e: &str) -> pb::SendQueueMessageResult {
 }
 
 /// Messages sent to their owners, with the confirmations still to wait for.
-type InFlight = Vec<(pb::SendQueueMessageResult, Option<super::bridge::Confirmation>)>;
+type InFlight = Vec<(pb::SendQueueMessageResult, Option<Confirmation>)>;
 
 /// Sends messages in order, all at once, without waiting (validation failures become in-band
 /// error results right away).
@@ -240,20 +241,7 @@ pub async fn ack_all(b: &Bridge, r: pb::AckAllQueueMessagesRequest) -> pb::AckAl
 
 // ---- QueuesDownstream ----
 
-/// `QueuesDownstreamRequestType` values as they travel (the generated enum, as `i32`).
-pub mod kind {
-    use super::pb::QueuesDownstreamRequestType as T;
-    pub const GET: i32 = T::Get as i32;
-    pub const ACK_ALL: i32 = T::AckAll as i32;
-    pub const ACK_RANGE: i32 = T::AckRange as i32;
-    pub const NACK_ALL: i32 = T::NAckAll as i32;
-    pub const NACK_RANGE: i32 = T::NAckRange as i32;
-    pub const REQUEUE_ALL: i32 = T::ReQueueAll as i32;
-    pub const REQUEUE_RANGE: i32 = T::ReQueueRange as i32;
-    pub const ACTIVE_OFFSETS: i32 = T::ActiveOffsets as i32;
-    pub const TRANSACTION_STATUS: i32 = T::TransactionStatus as i32;
-    pub const CLOSE_BY_CLIENT: i32 = T::CloseByClient as i32;
-}
+use crate::wire::kind;
 
 /// Messages a Get reserved and not yet settled: sequence → the owner's delivery tag.
 pub struct Transaction {

@@ -8,7 +8,7 @@
 //! to the core holding the pending request. A gRPC requester waits on a one-shot sink attached
 //! to that owner.
 use super::bridge::{Bridge, OnDrop};
-use super::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
+use crate::wire::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
 use super::stream::UnboundedStream;
 use super::{pb, validate, BoxStream};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};

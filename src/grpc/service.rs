@@ -32,7 +32,7 @@ pub struct KubemqService {
 impl KubemqService {
     pub fn new(array: ArrayHandle, limits: Limits) -> Self {
         let started_unix_secs = process_start_unix_secs().unwrap_or_else(now_unix_secs);
-        KubemqService { bridge: Bridge::new(array, limits), host: host_name().unwrap_or_else(|| "stompgate".into()), started_unix_secs }
+        KubemqService { bridge: Bridge::new(array, limits), host: crate::wire::host_name().unwrap_or_else(|| "stompgate".into()), started_unix_secs }
     }
 }
 
@@ -112,19 +112,6 @@ impl pb::kubemq_server::Kubemq for KubemqService {
 
 fn now_unix_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
-/// The kernel's host name, if it is set and UTF-8.
-pub fn host_name() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the pointer and length describe `buf`, which outlives the call.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = std::str::from_utf8(&buf[..len]).ok()?.trim();
-    (!name.is_empty()).then(|| name.to_string())
 }
 
 /// When this process started, in Unix seconds: boot time (`btime` in /proc/stat) plus the

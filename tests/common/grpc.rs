@@ -7,8 +7,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-pub use stompgate::grpc::pb;
-use stompgate::grpc::pb::kubemq_client::KubemqClient;
+pub use stompgate::wire::pb;
+use stompgate::wire::pb::kubemq_client::KubemqClient;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 pub use tonic::{Code, Status, Streaming};
@@ -220,7 +220,7 @@ pub fn feed<T: Send + 'static>() -> (mpsc::UnboundedSender<T>, impl futures_lite
 }
 
 /// `QueuesDownstreamRequestType` values.
-pub use stompgate::grpc::queues::kind as ds;
+pub use stompgate::wire::kind as ds;
 
 /// An open `QueuesDownstream` call.
 pub struct Downstream {

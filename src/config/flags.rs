@@ -1,0 +1,190 @@
+//! The command line: clap parses every flag into a raw `Option<String>` and nothing more; the
+//! fallback to env, file and default is [`super::resolve`]'s. The help texts name each
+//! setting's env variable and TOML key by hand (see the module doc of [`super`]).
+use clap::Parser;
+
+const AFTER_HELP: &str = "\
+Precedence: command-line flag > environment variable > --config file > default.
+An environment variable set to the empty string counts as unset.
+CONNECTORS_STOMP_TLS_PORT is accepted and checked to be a port (1-65535), but TLS is not \
+implemented yet: no TLS listener is started.
+A bad value stops start-up with a one-line reason naming the setting and where it came from.";
+
+/// The command line. Every value is kept as the raw string (`None` = flag absent) and parsed
+/// in [`Config::parse_with`](super::Config::parse_with), which owns the env/file/default fallback.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "stompgate",
+    version,
+    about = "Thread-per-core STOMP 1.0/1.1/1.2 gateway onto KubeMQ's five messaging patterns \
+             (embedded array, or a remote KubeMQ array with --array).",
+    after_help = AFTER_HELP
+)]
+pub(super) struct Cli {
+    /// STOMP listener address, an IP literal and a port (1-65535), e.g. 127.0.0.1:61613 or
+    /// [::]:61613. Default 0.0.0.0:61613. Env CONNECTORS_STOMP_PORT sets only the port (the host
+    /// stays that of the config file's stomp_addr, else 0.0.0.0). TOML key: stomp_addr.
+    #[arg(long, value_name = "IP:PORT")]
+    pub(super) stomp_addr: Option<String>,
+
+    /// Run on the first N online CPUs, one pinned executor each; N must be 1..=number of online
+    /// CPUs. Default: all online CPUs. Conflicts with --cpus. No env. TOML key: cores.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "cpus",
+        allow_negative_numbers = true
+    )]
+    pub(super) cores: Option<String>,
+
+    /// Run on exactly these CPUs, e.g. 0,2-3 (comma-separated CPU ids and inclusive ranges;
+    /// each CPU must be online, no duplicates). Default: all online CPUs. Conflicts with
+    /// --cores. No env. TOML key: cpus (a string).
+    #[arg(long, value_name = "LIST")]
+    pub(super) cpus: Option<String>,
+
+    /// Pattern for bare destinations (no known prefix): events, queues, store, or none
+    /// (= reject as invalid destination). Default events. Env CONNECTORS_STOMP_DEFAULT_PATTERN.
+    /// TOML key: default_pattern.
+    #[arg(long, value_name = "PATTERN")]
+    pub(super) default_pattern: Option<String>,
+
+    /// Server heart-beat in milliseconds, advertised as sx=sy in CONNECTED; 0 disables
+    /// heart-beating. Default 10000. Env CONNECTORS_STOMP_HEARTBEAT_MS. TOML key: heartbeat_ms.
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    pub(super) heartbeat_ms: Option<String>,
+
+    /// Maximum concurrent STOMP connections; 0 = unlimited. Default 0.
+    /// Env CONNECTORS_STOMP_MAX_CONNECTIONS. TOML key: max_connections.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(super) max_connections: Option<String>,
+
+    /// Maximum frame body size in bytes (larger → ERROR "frame too large"); must be > 0.
+    /// Default 104857600 (100 MiB). Env CONNECTORS_STOMP_MAX_BODY_SIZE. TOML key: max_body_size.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
+    pub(super) max_body_size: Option<String>,
+
+    /// Per-subscription buffer: for queues the maximum unacknowledged messages (prefetch), for
+    /// events the deliveries queued before new ones are dropped; must be >= 1. Default 100.
+    /// Env CONNECTORS_STOMP_SUB_BUFF_SIZE. TOML key: sub_buff_size.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(super) sub_buff_size: Option<String>,
+
+    /// Seconds a queue message may stay unacknowledged before it is requeued; must be >= 1.
+    /// Default 30. Env CONNECTORS_STOMP_QUEUE_ACK_TIMEOUT_SECONDS. TOML key: queue_ack_timeout_s.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub(super) queue_ack_timeout_s: Option<String>,
+
+    /// Upper bound in seconds for a command/query reply (a request's `timeout` header, in ms,
+    /// can only shorten it); must be >= 1. Default 30. Env CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS.
+    /// TOML key: rpc_timeout_s.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub(super) rpc_timeout_s: Option<String>,
+
+    /// Maximum RPC requests in flight per connection (more → ERROR "too many pending requests");
+    /// must be >= 1. Default 1024. Env CONNECTORS_STOMP_RPC_MAX_PENDING. TOML key: rpc_max_pending.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(super) rpc_max_pending: Option<String>,
+
+    /// KubeMQ gRPC array API listener (IP:PORT), for native KubeMQ SDK clients; `off` disables
+    /// it. Serves all five patterns (service kubemq.kubemq) on the same channels STOMP clients
+    /// use. Default 0.0.0.0:50000. No env. TOML key: grpc_addr.
+    #[arg(long, value_name = "IP:PORT|off")]
+    pub(super) grpc_addr: Option<String>,
+
+    /// Worker threads of the gRPC server's own runtime (kept off the STOMP cores); must be
+    /// >= 1. Default 1. No env. TOML key: grpc_threads.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(super) grpc_threads: Option<String>,
+
+    /// PEM certificate chain for the gRPC listener: with --grpc-tls-key it serves TLS only
+    /// (what `grpcs://` gateways and SDK clients with TLS dial). No env. TOML key: grpc_tls_cert.
+    #[arg(long, value_name = "FILE")]
+    pub(super) grpc_tls_cert: Option<String>,
+
+    /// PEM private key for --grpc-tls-cert. No env. TOML key: grpc_tls_key.
+    #[arg(long, value_name = "FILE")]
+    pub(super) grpc_tls_key: Option<String>,
+
+    /// Require this token as `authorization` metadata on every gRPC call (what --array-token
+    /// and the SDKs' auth token send); others get UNAUTHENTICATED. A shared secret compared as
+    /// is, not a JWT. Env STOMPGATE_GRPC_TOKEN (preferred: a flag shows in `ps`). TOML key:
+    /// grpc_token.
+    #[arg(long, value_name = "TOKEN")]
+    pub(super) grpc_token: Option<String>,
+
+    /// Where the array lives: `embedded` (in this process, the default) or a remote KubeMQ
+    /// array, `grpc://HOST:PORT` or `grpcs://HOST:PORT` (TLS). In remote mode each core keeps
+    /// its own gRPC connection on a dedicated egress thread and the gateway holds no channel
+    /// state. No env. TOML key: array.
+    #[arg(long, value_name = "embedded|grpc://HOST:PORT|grpcs://HOST:PORT")]
+    pub(super) array: Option<String>,
+
+    /// PEM file of the CA that signs the remote array's certificate (`grpcs://` only; default:
+    /// the standard web roots). No env. TOML key: array_ca_file.
+    #[arg(long, value_name = "FILE")]
+    pub(super) array_ca_file: Option<String>,
+
+    /// Auth token for the remote array, sent as KubeMQ's `authorization` metadata on every call.
+    /// Env STOMPGATE_ARRAY_TOKEN (preferred: a flag shows in `ps`). TOML key: array_token.
+    #[arg(long, value_name = "TOKEN")]
+    pub(super) array_token: Option<String>,
+
+    /// Serve Prometheus metrics at http://IP:PORT/metrics: per-core connections, frames,
+    /// deliveries and drops, and in remote-array mode each core's egress streams (wanted,
+    /// connected, reconnects, unconfirmed, failed). `off` (the default) serves none. No env.
+    /// TOML key: metrics_addr.
+    #[arg(long, value_name = "IP:PORT|off")]
+    pub(super) metrics_addr: Option<String>,
+
+    /// TOML file with any of the settings above; keys are the flag names with '-' → '_'
+    /// (e.g. stomp_addr = "127.0.0.1:61613", cores = 2, cpus = "0,1", default_pattern = "queues",
+    /// heartbeat_ms = 5000). Unknown keys are an error. Flags and env override the file.
+    #[arg(long, value_name = "FILE")]
+    pub(super) config: Option<String>,
+}
+
+/// clap's rendered error is several lines (message, tip, usage); keep the first.
+pub(super) fn one_line(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let first = rendered
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("invalid arguments");
+    first.strip_prefix("error: ").unwrap_or(first).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{env, TOML_KEYS};
+
+    #[test]
+    fn help_names_every_env_and_toml_key() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for name in [
+            env::STOMP_PORT,
+            env::STOMP_TLS_PORT,
+            env::DEFAULT_PATTERN,
+            env::HEARTBEAT_MS,
+            env::MAX_CONNECTIONS,
+            env::MAX_BODY_SIZE,
+            env::SUB_BUFF_SIZE,
+            env::QUEUE_ACK_TIMEOUT_SECONDS,
+            env::RPC_TIMEOUT_SECONDS,
+            env::RPC_MAX_PENDING,
+        ] {
+            assert!(help.contains(name), "help lacks {name}");
+        }
+        for key in TOML_KEYS {
+            assert!(
+                help.contains(&format!("TOML key: {key}")),
+                "help lacks TOML key {key}"
+            );
+        }
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,164 @@
+//! Settings: CLI flags > KubeMQ environment names > TOML file (`--config`) > defaults
+//! (stomp-decisions.md, "Configuration"). A bad value is refused at start-up with a one-line
+//! reason, never silently fixed.
+//!
+//! Why clap does not read the environment itself: with clap's `env` attribute an env value and a
+//! flag are indistinguishable after parsing, and the TOML file (which clap knows nothing about)
+//! would have to be merged underneath afterwards. So clap only parses the command line into
+//! `Option<String>`s, and [`Config::parse_with`] resolves every setting field by field from
+//! (flag, env, file, default), parsing each value itself so that an error can name the setting
+//! *and* the source it came from (`--sub-buff-size`, `CONNECTORS_STOMP_SUB_BUFF_SIZE`, or
+//! `sub_buff_size in FILE`). The env names are therefore documented in the help texts by hand.
+//!
+//! Where each part lives: `flags.rs` is the command line (clap), `sources.rs` where a raw value
+//! comes from (flag, env, file) and which one wins, `values.rs` how one raw value is parsed,
+//! `resolve.rs` the field-by-field resolution into a [`Config`], `cpus.rs` CPU lists and the
+//! core count.
+mod cpus;
+mod flags;
+mod resolve;
+mod sources;
+mod values;
+#[cfg(test)]
+mod tests;
+
+pub use cpus::{online_cpus, parse_cpu_list};
+pub use sources::{env, TOML_KEYS};
+pub use values::parse_default_pattern;
+
+use crate::route::DefaultPattern;
+use clap::Parser;
+use flags::{one_line, Cli};
+use std::net::SocketAddr;
+
+/// Validated, effective settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// STOMP listener (default 0.0.0.0:61613).
+    pub stomp_addr: SocketAddr,
+    /// CPUs to run one pinned executor on (from `--cpus`, else the first `--cores` online CPUs,
+    /// else all online CPUs). Never empty.
+    pub cpus: Vec<usize>,
+    pub default_pattern: DefaultPattern,
+    /// Server heart-beat advertised as `sx=sy`; 0 disables.
+    pub heartbeat_ms: u64,
+    /// 0 = unlimited.
+    pub max_connections: usize,
+    pub max_body_size: usize,
+    pub sub_buff_size: usize,
+    pub queue_ack_timeout_s: u64,
+    pub rpc_timeout_s: u64,
+    pub rpc_max_pending: usize,
+    /// KubeMQ gRPC array API listener (default 0.0.0.0:50000); `None` = off.
+    pub grpc_addr: Option<SocketAddr>,
+    /// Worker threads of the gRPC server's own tokio runtime.
+    pub grpc_threads: usize,
+    /// TLS for the gRPC listener: PEM certificate chain and private key files.
+    pub grpc_tls: Option<ServerTls>,
+    /// A token every gRPC call must carry as `authorization` metadata (`None`: no check).
+    pub grpc_token: Option<String>,
+    /// Where the array lives: in this process (default) or a remote KubeMQ array.
+    pub array: ArrayMode,
+    /// Prometheus metrics listener (`None` = off, the default).
+    pub metrics_addr: Option<SocketAddr>,
+    /// Capacity of each cross-core ring. Not a setting: the default suits every deployment,
+    /// and tests shrink it to reach the full-ring paths.
+    pub mesh_ring: usize,
+}
+
+/// The gRPC listener's certificate chain and key (both PEM files, read at start-up).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerTls {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+}
+
+/// `--array`: the embedded array, or a remote one reached over gRPC.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ArrayMode {
+    #[default]
+    Embedded,
+    Remote(RemoteArray),
+}
+
+/// A remote KubeMQ array (`--array grpc://HOST:PORT` or `grpcs://HOST:PORT`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteArray {
+    /// `HOST:PORT`.
+    pub authority: String,
+    /// `grpcs://`: TLS (rustls).
+    pub tls: bool,
+    /// PEM file of the CA to trust for `grpcs://` (default: the web PKI roots).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Sent as KubeMQ's `authorization` metadata on every call.
+    pub token: Option<String>,
+}
+
+impl RemoteArray {
+    /// The URI tonic dials.
+    pub fn uri(&self) -> String {
+        format!("{}://{}", if self.tls { "https" } else { "http" }, self.authority)
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            stomp_addr: "0.0.0.0:61613".parse().unwrap(),
+            cpus: vec![0],
+            default_pattern: DefaultPattern::Events,
+            heartbeat_ms: 10_000,
+            max_connections: 0,
+            max_body_size: 100 * 1024 * 1024,
+            sub_buff_size: 100,
+            queue_ack_timeout_s: 30,
+            rpc_timeout_s: 30,
+            rpc_max_pending: 1024,
+            grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
+            grpc_threads: 1,
+            grpc_tls: None,
+            grpc_token: None,
+            array: ArrayMode::Embedded,
+            metrics_addr: None,
+            mesh_ring: 8192,
+        }
+    }
+}
+
+impl Config {
+    /// Parses the process's arguments and environment. `Err` is a one-line reason.
+    /// `--help` and `--version` print and exit the process with status 0.
+    pub fn from_env_and_args() -> Result<Config, String> {
+        let cli = match Cli::try_parse() {
+            Ok(cli) => cli,
+            Err(e) if !e.use_stderr() => e.exit(), // --help / --version
+            Err(e) => return Err(one_line(&e)),
+        };
+        let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
+        Config::resolve(&cli, env, &online_cpus()?)
+    }
+
+    /// Like [`Config::from_env_and_args`] but with explicit arguments (the first is the program
+    /// name, as in `std::env::args()`) and environment lookup; uses the real online CPUs.
+    /// `--help`/`--version` come back as `Err` holding the first line of the text.
+    pub fn parse_from<I, T, F>(args: I, env: F) -> Result<Config, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+        F: Fn(&str) -> Option<String>,
+    {
+        Config::parse_with(args, env, &online_cpus()?)
+    }
+
+    /// The pure form: arguments, environment lookup and the list of online CPUs are all given,
+    /// so tests touch neither the process environment nor the machine.
+    pub fn parse_with<I, T, F>(args: I, env: F, online: &[usize]) -> Result<Config, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+        F: Fn(&str) -> Option<String>,
+    {
+        let cli = Cli::try_parse_from(args).map_err(|e| one_line(&e))?;
+        Config::resolve(&cli, env, online)
+    }
+}

@@ -1,0 +1,212 @@
+//! The field-by-field resolution of every setting from (flag, env, file, default), and the
+//! settings that are resolved together (the gRPC listener's TLS pair, the array with its CA
+//! file and token, the STOMP address with its env port).
+use super::flags::Cli;
+use super::sources::{env, File, Source, Sources};
+use super::values::{invalid, parse_addr, parse_default_pattern, parse_port, parse_uint, text};
+use super::{ArrayMode, Config, RemoteArray, ServerTls};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+
+impl Config {
+    pub(super) fn resolve<F: Fn(&str) -> Option<String>>(
+        cli: &Cli,
+        env: F,
+        online: &[usize],
+    ) -> Result<Config, String> {
+        if online.is_empty() {
+            return Err("cannot list the online CPUs".into());
+        }
+        let file = cli.config.as_deref().map(File::load).transpose()?;
+        let src = Sources {
+            cli,
+            env,
+            file: file.as_ref(),
+        };
+        let d = Config::default();
+
+        // TLS is not implemented: the value is only checked, so a typo is still caught.
+        if let Some((raw, source)) = src.env(env::STOMP_TLS_PORT) {
+            parse_port(text(&raw, source)?, source)?;
+        }
+
+        let stomp_addr = Self::resolve_addr(&src, d.stomp_addr)?;
+        let cpus = Self::resolve_cpus(&src, online)?;
+
+        let default_pattern = match src.pick(
+            "default-pattern",
+            &cli.default_pattern,
+            Some(env::DEFAULT_PATTERN),
+            "default_pattern",
+        ) {
+            None => d.default_pattern,
+            Some((raw, source)) => {
+                let s = text(&raw, source)?;
+                parse_default_pattern(s).ok_or_else(|| {
+                    invalid(
+                        source,
+                        format!("{s:?} is not one of events, queues, store, none"),
+                    )
+                })?
+            }
+        };
+
+        macro_rules! uint {
+            ($field:ident, $flag:literal, $env:expr, $min:expr) => {
+                match src.pick($flag, &cli.$field, $env, stringify!($field)) {
+                    None => d.$field,
+                    Some((raw, source)) => parse_uint(&raw, source, $min)?,
+                }
+            };
+        }
+
+        Ok(Config {
+            stomp_addr,
+            cpus,
+            default_pattern,
+            heartbeat_ms: uint!(heartbeat_ms, "heartbeat-ms", Some(env::HEARTBEAT_MS), 0),
+            max_connections: uint!(
+                max_connections,
+                "max-connections",
+                Some(env::MAX_CONNECTIONS),
+                0
+            ),
+            max_body_size: uint!(max_body_size, "max-body-size", Some(env::MAX_BODY_SIZE), 1),
+            sub_buff_size: uint!(sub_buff_size, "sub-buff-size", Some(env::SUB_BUFF_SIZE), 1),
+            queue_ack_timeout_s: uint!(
+                queue_ack_timeout_s,
+                "queue-ack-timeout-s",
+                Some(env::QUEUE_ACK_TIMEOUT_SECONDS),
+                1
+            ),
+            rpc_timeout_s: uint!(
+                rpc_timeout_s,
+                "rpc-timeout-s",
+                Some(env::RPC_TIMEOUT_SECONDS),
+                1
+            ),
+            rpc_max_pending: uint!(
+                rpc_max_pending,
+                "rpc-max-pending",
+                Some(env::RPC_MAX_PENDING),
+                1
+            ),
+            grpc_addr: match src.pick("grpc-addr", &cli.grpc_addr, None, "grpc_addr") {
+                None => d.grpc_addr,
+                Some((raw, source)) => match text(&raw, source)? {
+                    "off" => None,
+                    addr => Some(parse_addr(addr, source)?),
+                },
+            },
+            grpc_threads: uint!(grpc_threads, "grpc-threads", None, 1),
+            grpc_tls: Self::resolve_grpc_tls(&src)?,
+            grpc_token: match src.pick("grpc-token", &cli.grpc_token, Some(env::GRPC_TOKEN), "grpc_token") {
+                Some((raw, source)) => Some(text(&raw, source)?.to_string()),
+                None => None,
+            },
+            array: Self::resolve_array(&src)?,
+            metrics_addr: match src.pick("metrics-addr", &cli.metrics_addr, None, "metrics_addr") {
+                None => None,
+                Some((raw, source)) => match text(&raw, source)? {
+                    "off" => None,
+                    addr => Some(parse_addr(addr, source)?),
+                },
+            },
+            mesh_ring: Config::default().mesh_ring,
+        })
+    }
+
+    /// `--grpc-tls-cert` and `--grpc-tls-key`: both or neither, each a readable file.
+    fn resolve_grpc_tls<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>) -> Result<Option<ServerTls>, String> {
+        let cli = src.cli;
+        let file = |name: &'static str, raw: &Option<String>, key: &'static str| -> Result<Option<(std::path::PathBuf, String)>, String> {
+            let Some((raw, source)) = src.pick(name, raw, None, key) else { return Ok(None) };
+            let path = text(&raw, source)?.to_string();
+            if !Path::new(&path).is_file() {
+                return Err(format!("invalid {source}: {path} is not a readable file"));
+            }
+            Ok(Some((path.into(), source.to_string())))
+        };
+        let cert = file("grpc-tls-cert", &cli.grpc_tls_cert, "grpc_tls_cert")?;
+        let key = file("grpc-tls-key", &cli.grpc_tls_key, "grpc_tls_key")?;
+        match (cert, key) {
+            (Some((cert_file, _)), Some((key_file, _))) => Ok(Some(ServerTls { cert_file, key_file })),
+            (None, None) => Ok(None),
+            (Some((_, source)), None) => Err(format!("invalid {source}: needs --grpc-tls-key too")),
+            (None, Some((_, source))) => Err(format!("invalid {source}: needs --grpc-tls-cert too")),
+        }
+    }
+
+    /// `--array` with its CA file and token. The CA file and token are errors without a remote
+    /// array (they would silently do nothing); a CA file needs `grpcs://`.
+    fn resolve_array<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>) -> Result<ArrayMode, String> {
+        let cli = src.cli;
+        let ca = match src.pick("array-ca-file", &cli.array_ca_file, None, "array_ca_file") {
+            Some((raw, source)) => Some((text(&raw, source)?.to_string(), source.to_string())),
+            None => None,
+        };
+        let token = match src.pick("array-token", &cli.array_token, Some(env::ARRAY_TOKEN), "array_token") {
+            Some((raw, source)) => Some((text(&raw, source)?.to_string(), source.to_string())),
+            None => None,
+        };
+        let (value, source) = match src.pick("array", &cli.array, None, "array") {
+            Some((raw, source)) => (text(&raw, source)?.to_string(), source),
+            None => ("embedded".to_string(), Source::Flag("array")),
+        };
+        let remote = |tls: bool, authority: &str| -> Result<ArrayMode, String> {
+            let (host, port) = authority.rsplit_once(':').ok_or_else(|| invalid(source, format!("{value:?} needs HOST:PORT")))?;
+            if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(invalid(source, format!("{value:?} needs HOST:PORT with a port 1-65535")));
+            }
+            if let Some((_, ca_source)) = ca.as_ref().filter(|_| !tls) {
+                return Err(format!("invalid {ca_source}: a CA file needs a grpcs:// array"));
+            }
+            if let Some((path, ca_source)) = &ca {
+                if !Path::new(path).is_file() {
+                    return Err(format!("invalid {ca_source}: {path} is not a readable file"));
+                }
+            }
+            Ok(ArrayMode::Remote(RemoteArray {
+                authority: authority.to_string(),
+                tls,
+                ca_file: ca.as_ref().map(|(p, _)| p.into()),
+                token: token.as_ref().map(|(t, _)| t.clone()),
+            }))
+        };
+        match value.as_str() {
+            "embedded" => {
+                if let Some((_, s)) = ca.as_ref().or(token.as_ref()) {
+                    return Err(format!("invalid {s}: only used with a remote array (--array grpc://HOST:PORT)"));
+                }
+                Ok(ArrayMode::Embedded)
+            }
+            v => match (v.strip_prefix("grpc://"), v.strip_prefix("grpcs://")) {
+                (Some(a), _) => remote(false, a),
+                (_, Some(a)) => remote(true, a),
+                _ => Err(invalid(source, format!("{value:?} is not embedded, grpc://HOST:PORT or grpcs://HOST:PORT"))),
+            },
+        }
+    }
+
+    /// `--stomp-addr` > `CONNECTORS_STOMP_PORT` (port only; host from the file's `stomp_addr`,
+    /// else 0.0.0.0) > file `stomp_addr` > default.
+    fn resolve_addr<F: Fn(&str) -> Option<String>>(
+        src: &Sources<'_, F>,
+        default: SocketAddr,
+    ) -> Result<SocketAddr, String> {
+        if let Some(s) = &src.cli.stomp_addr {
+            return parse_addr(s, Source::Flag("stomp-addr"));
+        }
+        let from_file = match src.file.and_then(|f| f.get("stomp_addr")) {
+            Some((raw, source)) => Some(parse_addr(text(&raw, source)?, source)?),
+            None => None,
+        };
+        if let Some((raw, source)) = src.env(env::STOMP_PORT) {
+            let port = parse_port(text(&raw, source)?, source)?;
+            let ip = from_file.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
+            return Ok(SocketAddr::new(ip, port));
+        }
+        Ok(from_file.unwrap_or(default))
+    }
+
+}

@@ -1,0 +1,149 @@
+//! Where a raw value comes from: a flag, a KubeMQ environment name or the `--config` TOML
+//! file, and which of them wins (flag > env > file; the default is the caller's).
+use super::flags::Cli;
+use std::fmt::Display;
+use std::path::Path;
+
+/// Environment variable names (KubeMQ's own, so an operator's settings carry over).
+pub mod env {
+    pub const STOMP_PORT: &str = "CONNECTORS_STOMP_PORT";
+    /// Validated as a port, otherwise unused: TLS is not implemented yet.
+    pub const STOMP_TLS_PORT: &str = "CONNECTORS_STOMP_TLS_PORT";
+    pub const DEFAULT_PATTERN: &str = "CONNECTORS_STOMP_DEFAULT_PATTERN";
+    pub const HEARTBEAT_MS: &str = "CONNECTORS_STOMP_HEARTBEAT_MS";
+    pub const MAX_CONNECTIONS: &str = "CONNECTORS_STOMP_MAX_CONNECTIONS";
+    pub const MAX_BODY_SIZE: &str = "CONNECTORS_STOMP_MAX_BODY_SIZE";
+    pub const SUB_BUFF_SIZE: &str = "CONNECTORS_STOMP_SUB_BUFF_SIZE";
+    pub const QUEUE_ACK_TIMEOUT_SECONDS: &str = "CONNECTORS_STOMP_QUEUE_ACK_TIMEOUT_SECONDS";
+    pub const RPC_TIMEOUT_SECONDS: &str = "CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS";
+    pub const RPC_MAX_PENDING: &str = "CONNECTORS_STOMP_RPC_MAX_PENDING";
+    /// The remote array's auth token (kept out of the command line, where `ps` shows it).
+    pub const ARRAY_TOKEN: &str = "STOMPGATE_ARRAY_TOKEN";
+    /// The token the gRPC listener requires (same reason).
+    pub const GRPC_TOKEN: &str = "STOMPGATE_GRPC_TOKEN";
+}
+
+/// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
+pub const TOML_KEYS: [&str; 20] = [
+    "stomp_addr",
+    "cores",
+    "cpus",
+    "default_pattern",
+    "heartbeat_ms",
+    "max_connections",
+    "max_body_size",
+    "sub_buff_size",
+    "queue_ack_timeout_s",
+    "rpc_timeout_s",
+    "rpc_max_pending",
+    "grpc_addr",
+    "grpc_threads",
+    "grpc_tls_cert",
+    "grpc_tls_key",
+    "grpc_token",
+    "array",
+    "array_ca_file",
+    "array_token",
+    "metrics_addr",
+];
+
+/// Where a raw value came from; its `Display` names the setting as the user wrote it.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Source<'a> {
+    Flag(&'a str),
+    Env(&'a str),
+    File { key: &'a str, path: &'a str },
+}
+
+impl Display for Source<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Flag(name) => write!(f, "--{name}"),
+            Source::Env(name) => f.write_str(name),
+            Source::File { key, path } => write!(f, "{key} in {path}"),
+        }
+    }
+}
+
+/// A raw value from a flag or env (always a string) or from the TOML file (typed).
+pub(super) enum Raw<'a> {
+    Text(String),
+    Toml(&'a toml::Value),
+}
+
+/// The parsed `--config` file: its path (for messages) and its top-level table.
+pub(super) struct File {
+    pub(super) path: String,
+    table: toml::Table,
+}
+
+impl File {
+    pub(super) fn load(path: &str) -> Result<File, String> {
+        let text = std::fs::read_to_string(Path::new(path))
+            .map_err(|e| format!("cannot read config file {path}: {e}"))?;
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let msg = e.message().trim().replace('\n', " ");
+            match line {
+                Some(line) => format!("invalid config file {path}: line {line}: {msg}"),
+                None => format!("invalid config file {path}: {msg}"),
+            }
+        })?;
+        if let Some(key) = table.keys().find(|k| !TOML_KEYS.contains(&k.as_str())) {
+            return Err(format!(
+                "invalid config file {path}: unknown key `{key}` (known keys: {})",
+                TOML_KEYS.join(", ")
+            ));
+        }
+        Ok(File {
+            path: path.to_owned(),
+            table,
+        })
+    }
+
+    pub(super) fn get(&self, key: &'static str) -> Option<(Raw<'_>, Source<'_>)> {
+        self.table.get(key).map(|v| {
+            (
+                Raw::Toml(v),
+                Source::File {
+                    key,
+                    path: &self.path,
+                },
+            )
+        })
+    }
+}
+
+/// The lookup state for one resolution: command line, env lookup, optional file.
+pub(super) struct Sources<'a, F> {
+    pub(super) cli: &'a Cli,
+    pub(super) env: F,
+    pub(super) file: Option<&'a File>,
+}
+
+impl<'a, F: Fn(&str) -> Option<String>> Sources<'a, F> {
+    pub(super) fn env(&self, name: &'static str) -> Option<(Raw<'a>, Source<'a>)> {
+        (self.env)(name)
+            .filter(|v| !v.is_empty())
+            .map(|v| (Raw::Text(v), Source::Env(name)))
+    }
+
+    /// The highest-precedence raw value of one setting: flag > env > file.
+    pub(super) fn pick(
+        &self,
+        flag_name: &'static str,
+        flag: &Option<String>,
+        env_name: Option<&'static str>,
+        key: &'static str,
+    ) -> Option<(Raw<'a>, Source<'a>)> {
+        if let Some(v) = flag {
+            return Some((Raw::Text(v.clone()), Source::Flag(flag_name)));
+        }
+        if let Some(found) = env_name.and_then(|name| self.env(name)) {
+            return Some(found);
+        }
+        self.file.and_then(|f| f.get(key))
+    }
+}
