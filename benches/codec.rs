@@ -46,10 +46,7 @@ fn wire(version: Version, body_len: usize, with_length: bool) -> Vec<u8> {
         return out;
     }
     let needle = format!("content-length:{body_len}\n");
-    String::from_utf8(out)
-        .expect("ASCII frames")
-        .replace(&needle, "")
-        .into_bytes()
+    String::from_utf8(out).expect("ASCII frames").replace(&needle, "").into_bytes()
 }
 
 /// Feeds `input` to a fresh decoder `read_size` bytes at a time; returns the frame count.
@@ -82,15 +79,9 @@ fn decode(c: &mut Criterion) {
         assert_eq!(decode_all(version, &input, SMALL_READ), FRAMES);
         let mut g = c.benchmark_group(name);
         g.throughput(Throughput::Bytes(input.len() as u64));
-        g.bench_function("baseline-memchr", |b| {
-            b.iter(|| memchr::memchr_iter(0, black_box(&input)).count())
-        });
-        g.bench_function("one-read", |b| {
-            b.iter(|| decode_all(version, black_box(&input), input.len()))
-        });
-        g.bench_function("1500B-reads", |b| {
-            b.iter(|| decode_all(version, black_box(&input), SMALL_READ))
-        });
+        g.bench_function("baseline-memchr", |b| b.iter(|| memchr::memchr_iter(0, black_box(&input)).count()));
+        g.bench_function("one-read", |b| b.iter(|| decode_all(version, black_box(&input), input.len())));
+        g.bench_function("1500B-reads", |b| b.iter(|| decode_all(version, black_box(&input), SMALL_READ)));
         g.finish();
     }
 }
@@ -116,13 +107,7 @@ fn encode(c: &mut Criterion) {
             b.iter(|| {
                 out.clear();
                 for _ in 0..FRAMES {
-                    encode_frame(
-                        &mut out,
-                        version,
-                        Command::Message,
-                        HEADERS,
-                        black_box(&body),
-                    );
+                    encode_frame(&mut out, version, Command::Message, HEADERS, black_box(&body));
                 }
                 black_box(&out);
             })

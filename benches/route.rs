@@ -17,9 +17,7 @@ mod common;
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
-use stompgate::route::{
-    headers_to_tags, parse_destination, write_egress_tag_headers, DefaultPattern, Filter, Intent,
-};
+use stompgate::route::{headers_to_tags, parse_destination, write_egress_tag_headers, DefaultPattern, Filter, Intent};
 use stompgate::stomp::{Command, Decoded, Decoder, FrameWriter, Headers, Limits, Version};
 
 /// (destination, intent, parses?) — roughly what a busy gateway sees.
@@ -74,8 +72,7 @@ fn destination(c: &mut Criterion) {
     g.bench_function("parse_destination", |b| {
         b.iter(|| {
             for (raw, intent, _) in DESTINATIONS {
-                let parsed =
-                    parse_destination(black_box(raw.as_bytes()), DefaultPattern::Events, *intent);
+                let parsed = parse_destination(black_box(raw.as_bytes()), DefaultPattern::Events, *intent);
                 black_box(parsed).ok();
             }
         })
@@ -110,12 +107,8 @@ fn tags(c: &mut Criterion) {
     let tags = headers_to_tags(&headers).expect("within the tag limits");
     assert_eq!(tags.len(), 6, "the 6 user headers become tags");
     let mut g = c.benchmark_group("tags");
-    g.bench_function("ingress/baseline-clone-headers", |b| {
-        b.iter(|| black_box(&headers).clone())
-    });
-    g.bench_function("ingress/headers_to_tags", |b| {
-        b.iter(|| headers_to_tags(black_box(&headers)))
-    });
+    g.bench_function("ingress/baseline-clone-headers", |b| b.iter(|| black_box(&headers).clone()));
+    g.bench_function("ingress/headers_to_tags", |b| b.iter(|| headers_to_tags(black_box(&headers))));
 
     // Egress: both write into the same reused buffer through the real FrameWriter, so the
     // difference is the mapping (standard-header order, collisions, filtering) alone.
@@ -153,23 +146,16 @@ fn wildcard(c: &mut Criterion) {
         ("gt/miss", "orders.>", "ordery.eu.de", false),
     ];
     let mut g = c.benchmark_group("wildcard");
-    for (name, channel) in [
-        ("baseline-eq/hit", "orders.eu.de"),
-        ("baseline-eq/miss", "orders.eu.fr"),
-    ] {
+    for (name, channel) in [("baseline-eq/hit", "orders.eu.de"), ("baseline-eq/miss", "orders.eu.fr")] {
         let subscribed: &[u8] = b"orders.eu.de";
-        g.bench_function(name, |b| {
-            b.iter(|| black_box(subscribed) == black_box(channel.as_bytes()))
-        });
+        g.bench_function(name, |b| b.iter(|| black_box(subscribed) == black_box(channel.as_bytes())));
     }
     for (name, filter, channel, expected) in cases {
         let filter = Filter::new(Bytes::from_static(filter.as_bytes()));
         assert_eq!(filter.matches(channel.as_bytes()), expected, "{name}");
         // A literal filter takes the equality fast path; the others walk tokens.
         assert_eq!(filter.is_literal(), name.starts_with("literal"), "{name}");
-        g.bench_function(name, |b| {
-            b.iter(|| black_box(&filter).matches(black_box(channel.as_bytes())))
-        });
+        g.bench_function(name, |b| b.iter(|| black_box(&filter).matches(black_box(channel.as_bytes()))));
     }
     g.finish();
 }

@@ -113,3 +113,18 @@ VALUES = {
 }
 for name, value in VALUES.items():
     write("connect_values", name, value)
+
+# ---- session: mode byte (bit 0 complete else fail, bit 1 reverse order), then the wire bytes ----
+CONNECT = FRAMES["connect-1.2"]
+SESSIONS = {
+    "publish-receipts": CONNECT + FRAMES["send-receipt"] + b"SEND\ndestination:/topic/a\nreceipt:r2\n\nx\0",
+    "subscribe-ack": CONNECT + FRAMES["subscribe-ack"] + b"ACK\nid:q0-1\nreceipt:a\n\n\0UNSUBSCRIBE\nid:s1\n\n\0",
+    "transaction": CONNECT + FRAMES["transaction"].replace(b"COMMIT\ntransaction:t1\n", b"COMMIT\ntransaction:t1\nreceipt:c\n"),
+    "rpc": CONNECT + b"SUBSCRIBE\nid:r\ndestination:/reply/r1\n\n\0" + FRAMES["rpc-request"],
+    "error-after-receipt": CONNECT + FRAMES["send-receipt"] + b"UNSUBSCRIBE\nid:nope\nreceipt:bad\n\n\0",
+    "disconnect": CONNECT + FRAMES["heart-beats"],
+    "before-connect": FRAMES["send-receipt"],
+}
+for name, wire in SESSIONS.items():
+    for mode in (1, 3, 0):
+        write("session", f"{name}-{mode}", bytes([mode]) + wire)

@@ -7,18 +7,18 @@
 //! 3. per-core I/O — [`runtime`], [`conn`], [`array`];
 //! 4. the KubeMQ gRPC API — [`grpc`] (served) and [`egress`] (remote array client), both
 //!    speaking the shared wire types of [`wire`].
-pub mod config;
-pub mod model;
-pub mod mesh;
-pub mod route;
-pub mod stomp;
 pub mod array;
+pub mod config;
 pub mod conn;
 pub mod delivery;
-pub mod engine;
-pub mod runtime;
-pub mod wire;
-pub mod grpc;
 pub mod egress;
-pub mod telemetry;
+pub mod engine;
+pub mod grpc;
+pub mod mesh;
+pub mod model;
+pub mod route;
+pub mod runtime;
 pub mod session;
+pub mod stomp;
+pub mod telemetry;
+pub mod wire;

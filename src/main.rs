@@ -61,7 +61,9 @@ fn main() {
         }
     }
     match &remote {
-        Some(array) => tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, %array, "stompgate listening (remote array; the gRPC API is the array's)"),
+        Some(array) => {
+            tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, %array, "stompgate listening (remote array; the gRPC API is the array's)")
+        }
         None => tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, "stompgate listening (embedded array)"),
     }
     let _ = addr;

@@ -15,10 +15,7 @@ use std::net::SocketAddr;
 /// # Errors
 /// The listener cannot be bound, or a recorder is already installed.
 pub fn install(addr: SocketAddr) -> Result<(), String> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
+    metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr).install().map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
 }
 
 /// A core's counters, published from its `Metrics` cells on each tick.

@@ -30,11 +30,7 @@ const COMMANDS: [Command; 15] = [
 ];
 
 fn version() -> impl Strategy<Value = Version> {
-    prop_oneof![
-        Just(Version::V1_0),
-        Just(Version::V1_1),
-        Just(Version::V1_2)
-    ]
+    prop_oneof![Just(Version::V1_0), Just(Version::V1_1), Just(Version::V1_2)]
 }
 
 fn decoder_version() -> impl Strategy<Value = Option<Version>> {
@@ -65,12 +61,7 @@ fn representable(version: Version, command: Command, name: &[u8], value: &[u8]) 
 
 /// Feeds `input` in the given piece sizes (cycled), draining after each piece, and stops at
 /// the first error. A size list of `[usize::MAX]` means "whole".
-fn decode_pieces(
-    version: Option<Version>,
-    limits: Limits,
-    input: &[u8],
-    sizes: &[usize],
-) -> Vec<Item> {
+fn decode_pieces(version: Option<Version>, limits: Limits, input: &[u8], sizes: &[usize]) -> Vec<Item> {
     let mut d = Decoder::new(limits);
     if let Some(v) = version {
         d.set_version(v);
@@ -102,13 +93,7 @@ type RawHeaders = Vec<(Vec<u8>, Vec<u8>)>;
 
 fn headers() -> impl Strategy<Value = RawHeaders> {
     // Header names are never empty on the wire (an empty name is malformed).
-    prop::collection::vec(
-        (
-            wire_bytes(12).prop_filter("non-empty name", |n| !n.is_empty()),
-            wire_bytes(24),
-        ),
-        0..8,
-    )
+    prop::collection::vec((wire_bytes(12).prop_filter("non-empty name", |n| !n.is_empty()), wire_bytes(24)), 0..8)
 }
 
 proptest! {
@@ -190,12 +175,7 @@ proptest! {
 /// A readable check that the property's helper sees the frames a real session would send.
 #[test]
 fn helper_decodes_a_plain_frame() {
-    let got = decode_pieces(
-        Some(Version::V1_2),
-        Limits::default(),
-        b"SEND\nk:v\n\nx\0\n",
-        &[3],
-    );
+    let got = decode_pieces(Some(Version::V1_2), Limits::default(), b"SEND\nk:v\n\nx\0\n", &[3]);
     assert_eq!(
         got,
         vec![

@@ -61,7 +61,7 @@ fn receipt_waits_for_a_parked_delivery_on_another_core(cores: usize) {
     }
     // Within the slow subscriber's 2 s grace the delivery stays parked, and so does the RECEIPT.
     if let Some(early) = publisher.frame_within(Duration::from_millis(1000)) {
-        panic!("{cores} cores: {} arrived while a delivery of the probe was parked on core {slow_core}", format!("{early:?}"));
+        panic!("{cores} cores: {early:?} arrived while a delivery of the probe was parked on core {slow_core}");
     }
     // Reading again lets the parked delivery out (or the grace ends it): then the RECEIPT comes.
     let drain = std::thread::spawn(move || slow.read_until_quiet(Duration::from_millis(1500)).len());

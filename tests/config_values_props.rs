@@ -5,9 +5,9 @@
 //! setting; a CPU list is exactly the CPUs written, in order, and anything else is refused;
 //! and no input panics.
 use proptest::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 use stompgate::config::{parse_cpu_list, parse_default_pattern, Config};
 use stompgate::route::DefaultPattern;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A whole-number setting: flag, environment variable, TOML key, minimum, and its field.
 #[derive(Debug)]
@@ -24,7 +24,13 @@ const SETTINGS: [Setting; 8] = [
     Setting { flag: "--max-connections", env: Some("CONNECTORS_STOMP_MAX_CONNECTIONS"), key: "max_connections", min: 0, get: |c| c.max_connections as u64 },
     Setting { flag: "--max-body-size", env: Some("CONNECTORS_STOMP_MAX_BODY_SIZE"), key: "max_body_size", min: 1, get: |c| c.max_body_size as u64 },
     Setting { flag: "--sub-buff-size", env: Some("CONNECTORS_STOMP_SUB_BUFF_SIZE"), key: "sub_buff_size", min: 1, get: |c| c.sub_buff_size as u64 },
-    Setting { flag: "--queue-ack-timeout-s", env: Some("CONNECTORS_STOMP_QUEUE_ACK_TIMEOUT_SECONDS"), key: "queue_ack_timeout_s", min: 1, get: |c| c.queue_ack_timeout_s },
+    Setting {
+        flag: "--queue-ack-timeout-s",
+        env: Some("CONNECTORS_STOMP_QUEUE_ACK_TIMEOUT_SECONDS"),
+        key: "queue_ack_timeout_s",
+        min: 1,
+        get: |c| c.queue_ack_timeout_s,
+    },
     Setting { flag: "--rpc-timeout-s", env: Some("CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS"), key: "rpc_timeout_s", min: 1, get: |c| c.rpc_timeout_s },
     Setting { flag: "--rpc-max-pending", env: Some("CONNECTORS_STOMP_RPC_MAX_PENDING"), key: "rpc_max_pending", min: 1, get: |c| c.rpc_max_pending as u64 },
     Setting { flag: "--grpc-threads", env: None, key: "grpc_threads", min: 1, get: |c| c.grpc_threads as u64 },
@@ -43,8 +49,7 @@ struct TomlFile(std::path::PathBuf);
 impl TomlFile {
     fn new(text: &str) -> TomlFile {
         static N: AtomicU64 = AtomicU64::new(0);
-        let path = std::env::temp_dir()
-            .join(format!("stompgate-config-props-{}-{}.toml", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let path = std::env::temp_dir().join(format!("stompgate-config-props-{}-{}.toml", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
         std::fs::write(&path, text).unwrap();
         TomlFile(path)
     }

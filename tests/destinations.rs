@@ -13,9 +13,9 @@ use bytes::Bytes;
 use common::props::*;
 use common::*;
 use std::sync::Arc;
+use stompgate::mesh::msg::RpcOutcome;
 use stompgate::model::{Channel, Pattern, Tags};
 use stompgate::route::DefaultPattern;
-use stompgate::mesh::msg::RpcOutcome;
 
 /// Subscribes a fresh connection to `sub_dest`, SENDs `payload` to `send_dest` from a second
 /// connection, and returns the MESSAGE the subscriber receives.
@@ -377,7 +377,15 @@ fn rpc_reply(server: &TestServer, pattern: Pattern, channel: &str, send_dest: &s
                 req.pattern,
                 req.msg.channel.clone(),
                 req.request_id.clone(),
-                RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: req.msg.channel.0.clone(), tags: Tags::default(), responder: Bytes::new(), timestamp_ns: 0 },
+                RpcOutcome::Response {
+                    executed: true,
+                    error: Bytes::new(),
+                    metadata: Bytes::new(),
+                    body: req.msg.channel.0.clone(),
+                    tags: Tags::default(),
+                    responder: Bytes::new(),
+                    timestamp_ns: 0,
+                },
             )
         }),
     );

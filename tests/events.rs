@@ -330,7 +330,8 @@ fn at_most_16_times_sub_buff_size_deliveries_wait_behind_a_stuck_subscriber() {
     stuck.subscribe_sync("s", &t, &[]);
     // A channel with the same owner and no subscribers: its RECEIPT says the owner has handled
     // every earlier SEND of this connection, so every delivery to `stuck` before it was made.
-    let barrier = format!("/topic/{}", (0..).map(|i| format!("{channel}-barrier{i}")).find(|c| owner(&server, stompgate::model::Pattern::Events, c) == core).unwrap());
+    let barrier =
+        format!("/topic/{}", (0..).map(|i| format!("{channel}-barrier{i}")).find(|c| owner(&server, stompgate::model::Pattern::Events, c) == core).unwrap());
     let mut p = server.connected();
     let send = |p: &mut Client, tag: char, i: usize, size: usize| {
         let mut body = format!("{tag}{i:05}").into_bytes();

@@ -70,11 +70,9 @@ fn a_queue_is_fifo_with_sequences_peek_leaves_pull_removes_and_ack_all_counts() 
     let q = unique("fifo");
     h.run(async {
         let mut c = h.connect().await;
-        let first = send_queue(
-            &mut c,
-            pb::QueueMessage { message_id: "mine-1".into(), metadata: "md".into(), tags: tags(&[("k", "v")]), ..queue_message(&q, b"abc") },
-        )
-        .await;
+        let first =
+            send_queue(&mut c, pb::QueueMessage { message_id: "mine-1".into(), metadata: "md".into(), tags: tags(&[("k", "v")]), ..queue_message(&q, b"abc") })
+                .await;
         assert_eq!((first.message_id.as_str(), first.expiration_at, first.delayed_to, first.is_error), ("mine-1", 0, 0, false), "{first:?}");
         assert!(first.sent_at > 0, "{first:?}");
         let second = send_queue(&mut c, queue_message(&q, b"two")).await;
@@ -102,7 +100,11 @@ fn a_queue_is_fifo_with_sequences_peek_leaves_pull_removes_and_ack_all_counts() 
         assert_eq!(pulled.messages_expired, 0);
 
         let rest = receive(&mut c, &q, 10, 1, false).await;
-        assert_eq!((queue_bodies(&rest.messages), seqs(&rest.messages)), (vec!["three".to_string(), "four".to_string()], vec![3, 4]), "pull removed the first two");
+        assert_eq!(
+            (queue_bodies(&rest.messages), seqs(&rest.messages)),
+            (vec!["three".to_string(), "four".to_string()], vec![3, 4]),
+            "pull removed the first two"
+        );
         assert_eq!(ack_all(&mut c, &q).await, 0, "nothing left");
 
         send_bodies(&mut c, &q, &["5", "6", "7"]).await;
@@ -413,7 +415,12 @@ fn grpc_and_stomp_share_a_queue_byte_exactly() {
         let body = vec![0u8, 1, b'\n', 0, 255, b':'];
         send_queue(
             &mut c,
-            pb::QueueMessage { message_id: "q-1".into(), metadata: "meta".into(), tags: tags(&[("stomp.content-type", "application/x-bin"), ("x-k", "v")]), ..queue_message(&q, &body) },
+            pb::QueueMessage {
+                message_id: "q-1".into(),
+                metadata: "meta".into(),
+                tags: tags(&[("stomp.content-type", "application/x-bin"), ("x-k", "v")]),
+                ..queue_message(&q, &body)
+            },
         )
         .await;
         let got = stomp.subscribe_expect("s", &dest, &[("ack", "client-individual")], 1);

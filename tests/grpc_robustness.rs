@@ -140,7 +140,13 @@ fn bad_requests_and_responses_are_invalid_argument_with_the_kubemq_error() {
             tokio::spawn(async move { c.send_request(request(1, &svc, b"x", 5000)).await })
         };
         let got = next(&mut responder).await;
-        let good = pb::Response { client_id: "resp".into(), request_id: got.request_id.clone(), reply_channel: got.reply_channel.clone(), executed: true, ..Default::default() };
+        let good = pb::Response {
+            client_id: "resp".into(),
+            request_id: got.request_id.clone(),
+            reply_channel: got.reply_channel.clone(),
+            executed: true,
+            ..Default::default()
+        };
         let cases: Vec<(pb::Response, Option<u16>)> = vec![
             (pb::Response { client_id: String::new(), ..good.clone() }, Some(101)),
             (pb::Response { request_id: String::new(), ..good.clone() }, Some(117)),
@@ -160,7 +166,16 @@ fn bad_requests_and_responses_are_invalid_argument_with_the_kubemq_error() {
         let r = within("SendRequest", call).await.unwrap().expect("answered").into_inner();
         assert_eq!((r.executed, r.client_id.as_str()), (true, "resp"));
         // A well-formed reply channel whose request is gone is accepted and dropped.
-        ok("SendResponse", c.send_response(pb::Response { client_id: "resp".into(), request_id: "gone".into(), reply_channel: got.reply_channel.clone(), ..Default::default() })).await;
+        ok(
+            "SendResponse",
+            c.send_response(pb::Response {
+                client_id: "resp".into(),
+                request_id: "gone".into(),
+                reply_channel: got.reply_channel.clone(),
+                ..Default::default()
+            }),
+        )
+        .await;
     });
 }
 
@@ -172,7 +187,12 @@ fn bad_queue_requests_are_answered_in_band_and_an_empty_batch_fails() {
         let mut c = h.connect().await;
         let with_policy = |expiration: i32, delay: i32, max_receive: i32, dlq: &str| pb::QueueMessage {
             message_id: rid("m"),
-            policy: Some(pb::QueueMessagePolicy { expiration_seconds: expiration, delay_seconds: delay, max_receive_count: max_receive, max_receive_queue: dlq.into() }),
+            policy: Some(pb::QueueMessagePolicy {
+                expiration_seconds: expiration,
+                delay_seconds: delay,
+                max_receive_count: max_receive,
+                max_receive_queue: dlq.into(),
+            }),
             ..queue_message(&q, b"x")
         };
         let cases: Vec<(pb::QueueMessage, u16)> = vec![
@@ -199,7 +219,8 @@ fn bad_queue_requests_are_answered_in_band_and_an_empty_batch_fails() {
         let r = send_queue(&mut c, with_policy(86_400, 0, 1024, "")).await;
         assert_eq!(r.expiration_at, r.sent_at + 86_400_000_000_000);
 
-        let status = fails("SendQueueMessagesBatch", c.send_queue_messages_batch(pb::QueueMessagesBatchRequest { batch_id: "empty".into(), messages: vec![] })).await;
+        let status =
+            fails("SendQueueMessagesBatch", c.send_queue_messages_batch(pb::QueueMessagesBatchRequest { batch_id: "empty".into(), messages: vec![] })).await;
         assert_ne!(status.code(), Code::Ok);
         assert!(!status.message().is_empty(), "{status:?}");
 
@@ -224,7 +245,16 @@ fn bad_queue_requests_are_answered_in_band_and_an_empty_batch_fails() {
             assert!(r.is_error && r.messages.is_empty() && r.request_id == req.request_id, "{r:?}");
             assert_kubemq_error(&r.error, n);
         }
-        let r = ok("AckAllQueueMessages", c.ack_all_queue_messages(pb::AckAllQueueMessagesRequest { request_id: "a".into(), client_id: String::new(), channel: q.clone(), wait_time_seconds: 1 })).await;
+        let r = ok(
+            "AckAllQueueMessages",
+            c.ack_all_queue_messages(pb::AckAllQueueMessagesRequest {
+                request_id: "a".into(),
+                client_id: String::new(),
+                channel: q.clone(),
+                wait_time_seconds: 1,
+            }),
+        )
+        .await;
         assert!(r.is_error && r.affected_messages == 0, "{r:?}");
         assert_kubemq_error(&r.error, 101);
         // Nothing of the above reached the queue: only the one good message is there.
@@ -460,12 +490,31 @@ fn requests_with_unknown_fields_are_served_as_if_the_fields_were_absent() {
             x_fixed32: 9,
             x_message: Some(Extra { a: "nested".into(), b: vec![1, -2, 3] }),
         };
-        let known = pb::Event { event_id: "unk-1".into(), client_id: CLIENT_ID.into(), channel: ch.clone(), metadata: "m".into(), body: b"payload".to_vec(), store: false, tags: tags(&[("k", "v")]) };
+        let known = pb::Event {
+            event_id: "unk-1".into(),
+            client_id: CLIENT_ID.into(),
+            channel: ch.clone(),
+            metadata: "m".into(),
+            body: b"payload".to_vec(),
+            store: false,
+            tags: tags(&[("k", "v")]),
+        };
         assert!(prost::Message::encoded_len(&ev) > prost::Message::encoded_len(&known), "the superset really carries extra bytes");
         let r: pb::Result = raw_unary(&raw, "SendEvent", ev).await;
         assert_eq!(r, pb::Result { event_id: "unk-1".into(), sent: true, error: String::new() });
         let got = next(&mut events).await;
-        assert_eq!(got, pb::EventReceive { event_id: "unk-1".into(), channel: ch.clone(), metadata: "m".into(), body: b"payload".to_vec(), timestamp: 0, sequence: 0, tags: tags(&[("k", "v")]) });
+        assert_eq!(
+            got,
+            pb::EventReceive {
+                event_id: "unk-1".into(),
+                channel: ch.clone(),
+                metadata: "m".into(),
+                body: b"payload".to_vec(),
+                timestamp: 0,
+                sequence: 0,
+                tags: tags(&[("k", "v")])
+            }
+        );
 
         // Unary: a QueueMessage with unknown fields in the message and in its policy.
         let m = QueueMessagePlus {
@@ -487,7 +536,11 @@ fn requests_with_unknown_fields_are_served_as_if_the_fields_were_absent() {
         within("ready", grpc.ready()).await.unwrap();
         let mut replies: Streaming<pb::QueuesDownstreamResponse> = within(
             "QueuesDownstream",
-            grpc.streaming(tonic::Request::new(requests), path("QueuesDownstream"), tonic::codec::ProstCodec::<DownstreamPlus, pb::QueuesDownstreamResponse>::default()),
+            grpc.streaming(
+                tonic::Request::new(requests),
+                path("QueuesDownstream"),
+                tonic::codec::ProstCodec::<DownstreamPlus, pb::QueuesDownstreamResponse>::default(),
+            ),
         )
         .await
         .expect("opened")
@@ -604,7 +657,17 @@ fn dropping_a_responder_stream_or_its_connection_leaves_no_responder() {
         // Live: the STOMP request reaches it and gets its answer.
         stomp.send("SEND", &[("destination", &format!("/command/{svc}")), ("reply-to", "/reply/r"), ("correlation-id", "c1")], b"hello");
         let got = next(&mut responder).await;
-        ok("SendResponse", c.send_response(pb::Response { client_id: "r".into(), request_id: got.request_id.clone(), reply_channel: got.reply_channel.clone(), executed: true, ..Default::default() })).await;
+        ok(
+            "SendResponse",
+            c.send_response(pb::Response {
+                client_id: "r".into(),
+                request_id: got.request_id.clone(),
+                reply_channel: got.reply_channel.clone(),
+                executed: true,
+                ..Default::default()
+            }),
+        )
+        .await;
         let m = stomp.read_messages(1).remove(0);
         assert_eq!((m.header("correlation-id"), m.header("x-kubemq-executed"), m.header("stomp-error")), (Some("c1"), Some("true"), None));
 
@@ -627,7 +690,17 @@ fn dropping_a_responder_stream_or_its_connection_leaves_no_responder() {
         stomp.send("SEND", &[("destination", &format!("/command/{svc}")), ("reply-to", "/reply/r"), ("correlation-id", "c2")], b"again");
         let got = next(&mut fresh).await;
         assert_eq!(got.body, b"again");
-        ok("SendResponse", c.send_response(pb::Response { client_id: "r".into(), request_id: got.request_id.clone(), reply_channel: got.reply_channel.clone(), executed: true, ..Default::default() })).await;
+        ok(
+            "SendResponse",
+            c.send_response(pb::Response {
+                client_id: "r".into(),
+                request_id: got.request_id.clone(),
+                reply_channel: got.reply_channel.clone(),
+                executed: true,
+                ..Default::default()
+            }),
+        )
+        .await;
         let m = stomp.read_messages(1).remove(0);
         assert_eq!((m.header("correlation-id"), m.header("stomp-error")), (Some("c2"), None));
         stomp.no_frame(STOMP_QUIET);
@@ -641,7 +714,14 @@ fn dropping_a_responder_stream_or_its_connection_leaves_no_responder() {
 async fn wait_ready(c: &mut Client, q: &str, n: usize) -> Vec<String> {
     let deadline = Instant::now() + PROMPT;
     loop {
-        let peek = pb::ReceiveQueueMessagesRequest { request_id: rid("peek"), client_id: CLIENT_ID.into(), channel: q.into(), max_number_of_messages: 100, wait_time_seconds: 1, is_peak: true };
+        let peek = pb::ReceiveQueueMessagesRequest {
+            request_id: rid("peek"),
+            client_id: CLIENT_ID.into(),
+            channel: q.into(),
+            max_number_of_messages: 100,
+            wait_time_seconds: 1,
+            is_peak: true,
+        };
         let r = ok("peek", c.receive_queue_messages(peek)).await;
         assert!(!r.is_error, "{r:?}");
         if r.messages.len() == n {

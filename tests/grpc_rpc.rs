@@ -94,7 +94,10 @@ fn a_command_round_trip_returns_executed_tags_timestamp_and_no_body() {
         let got = next(&mut responder).await;
         respond(&mut c, answer(&got, false, "boom: disk full", b"")).await;
         let r = outcome(call).await.expect("command answered");
-        assert_eq!((r.executed, r.error.as_str(), r.request_id.as_str(), r.client_id.as_str()), (false, "boom: disk full", sent.request_id.as_str(), RESPONDER));
+        assert_eq!(
+            (r.executed, r.error.as_str(), r.request_id.as_str(), r.client_id.as_str()),
+            (false, "boom: disk full", sent.request_id.as_str(), RESPONDER)
+        );
         quiet(&mut responder).await;
     });
 }
@@ -338,7 +341,11 @@ fn channel_management_creates_lists_and_deletes_channels() {
             // Wildcard search.
             assert_eq!(list_channels(&mut c, channel_type, &format!("{base}.*")).await.len(), 1);
 
-            let r = ok("delete-channel", c.send_request(management("delete-channel", &[("channel_type", channel_type), ("channel", &name), ("client_id", CLIENT_ID)]))).await;
+            let r = ok(
+                "delete-channel",
+                c.send_request(management("delete-channel", &[("channel_type", channel_type), ("channel", &name), ("client_id", CLIENT_ID)])),
+            )
+            .await;
             assert!(r.executed && r.error.is_empty(), "{r:?}");
             assert!(list_channels(&mut c, channel_type, &base).await.is_empty(), "{channel_type} {name} deleted");
         }
@@ -350,7 +357,11 @@ fn channel_management_creates_lists_and_deletes_channels() {
         let items = list_channels(&mut c, "queues", &base).await;
         let item = find(&items, &q);
         assert_sdk_shape(item, &q, "queues");
-        assert_eq!((item["isActive"].as_bool(), item["incoming"]["messages"].as_u64(), item["incoming"]["volume"].as_u64(), item["incoming"]["waiting"].as_u64()), (Some(true), Some(2), Some(8), Some(2)), "{item}");
+        assert_eq!(
+            (item["isActive"].as_bool(), item["incoming"]["messages"].as_u64(), item["incoming"]["volume"].as_u64(), item["incoming"]["waiting"].as_u64()),
+            (Some(true), Some(2), Some(8), Some(2)),
+            "{item}"
+        );
         let r = ok("delete-channel", c.send_request(management("delete-channel", &[("channel_type", "queues"), ("channel", &q)]))).await;
         assert!(r.executed, "{r:?}");
         wait_listed(&mut c, "queues", &q, false).await;

@@ -8,22 +8,19 @@
 //! 3. tags map ⇄ `Tags` round-trips and `Tags` are sorted by key; responses keep every field.
 use bytes::Bytes;
 use md5::{Digest, Md5};
-use prost::Message as _;
 use proptest::prelude::*;
+use prost::Message as _;
 use std::collections::HashMap;
 use std::sync::Arc;
-use stompgate::wire::convert::{self, Incoming};
-use stompgate::{grpc::validate, wire::pb};
 use stompgate::mesh::msg::{Pulled, RpcOutcome};
 use stompgate::model::Channel;
+use stompgate::wire::convert::{self, Incoming};
+use stompgate::{grpc::validate, wire::pb};
 
 /// Channel names dense in what the rules look at.
 fn channel_name() -> impl Strategy<Value = String> {
     let ch = prop::sample::select(vec!['a', 'b', '.', '*', '>', ' ', '\t', '\n', '\u{a0}', '\u{3000}', 'é', '-', '_', ':']);
-    prop_oneof![
-        prop::collection::vec(ch, 0..10).prop_map(|v| v.into_iter().collect::<String>()),
-        "\\PC{0,10}",
-    ]
+    prop_oneof![prop::collection::vec(ch, 0..10).prop_map(|v| v.into_iter().collect::<String>()), "\\PC{0,10}",]
 }
 
 /// KubeMQ's channel rules as a table, checked in KubeMQ's order.

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use common::props::*;
 use common::*;
 use std::sync::Arc;
-use stompgate::model::{now_unix_ns, Channel, Message, Pattern, Tags};
 use stompgate::mesh::msg::CoreMsg;
+use stompgate::model::{now_unix_ns, Channel, Message, Pattern, Tags};
 
 /// Subscribes to `dest`, SENDs a frame with `headers` (destination added) and `body` from a
 /// second connection, and returns the MESSAGE.

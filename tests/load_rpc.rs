@@ -57,8 +57,25 @@ fn run_rpc(g: &Gateway, kind: &str, extra: &[&str]) -> Value {
     let name = unique("loadrpc");
     let pid = std::process::id().to_string();
     let mut args = vec![
-        "rpc", "--host", "127.0.0.1", "--port", &port, "--grpc", &grpc, "--kind", kind, "--name", &name,
-        "--duration-s", "1", "--warmup-s", "0.3", "--server-pid", &pid, "--json", "--quiet",
+        "rpc",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--grpc",
+        &grpc,
+        "--kind",
+        kind,
+        "--name",
+        &name,
+        "--duration-s",
+        "1",
+        "--warmup-s",
+        "0.3",
+        "--server-pid",
+        &pid,
+        "--json",
+        "--quiet",
     ];
     args.extend_from_slice(extra);
     report(&harness(&args))

@@ -26,12 +26,7 @@ impl Relay {
             .expect("stompgate-relay starts");
         let mut line = String::new();
         BufReader::new(child.stderr.take().expect("piped stderr")).read_line(&mut line).expect("relay announces its address");
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in the relay's first line: {line:?}"));
+        let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in the relay's first line: {line:?}"));
         Relay { child, port }
     }
 }
@@ -53,7 +48,19 @@ fn run(scenario: &[&str], port: u16, server_pid: u32) -> Value {
     let (port, pid, name) = (port.to_string(), server_pid.to_string(), unique("load"));
     let mut args = scenario.to_vec();
     args.extend_from_slice(&[
-        "--host", "127.0.0.1", "--port", &port, "--name", &name, "--duration-s", "1", "--warmup-s", "0.3", "--server-pid", &pid, "--json",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--name",
+        &name,
+        "--duration-s",
+        "1",
+        "--warmup-s",
+        "0.3",
+        "--server-pid",
+        &pid,
+        "--json",
         "--quiet",
     ]);
     let out = harness(&args);

@@ -22,17 +22,39 @@ const CONSUMERS: usize = 3;
 #[derive(Clone, Debug)]
 enum Op {
     /// A new message; `max_receive` > 0 gives it a receive limit and a dead-letter queue.
-    Send { max_receive: u32, receipt: bool },
-    Subscribe { consumer: usize, prefetch: u32 },
-    Unsubscribe { consumer: usize },
+    Send {
+        max_receive: u32,
+        receipt: bool,
+    },
+    Subscribe {
+        consumer: usize,
+        prefetch: u32,
+    },
+    Unsubscribe {
+        consumer: usize,
+    },
     /// Settle the `pick`-th tag this consumer was ever given (possibly stale).
-    Ack { consumer: usize, pick: usize },
-    Nack { consumer: usize, pick: usize },
-    Release { consumer: usize, pick: usize },
+    Ack {
+        consumer: usize,
+        pick: usize,
+    },
+    Nack {
+        consumer: usize,
+        pick: usize,
+    },
+    Release {
+        consumer: usize,
+        pick: usize,
+    },
     /// Settle a tag nobody was given.
-    ForeignAck { consumer: usize, tag: u64 },
+    ForeignAck {
+        consumer: usize,
+        tag: u64,
+    },
     /// Let time pass and run the periodic expiry (ack timeouts).
-    Advance { secs: u64 },
+    Advance {
+        secs: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -52,7 +74,11 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Ready,
-    Held { consumer: usize, tag: u64, deadline: Instant },
+    Held {
+        consumer: usize,
+        tag: u64,
+        deadline: Instant,
+    },
     Acked,
     /// Rejected at its receive limit: the queue must dead-letter it in the same step.
     DeadLetterDue,
@@ -88,12 +114,28 @@ fn jobs() -> Channel {
 
 fn message(i: usize) -> Arc<Message> {
     let id = Bytes::from(i.to_string());
-    Arc::new(Message { id: id.clone(), channel: jobs(), client_id: Bytes::new(), metadata: Bytes::new(), body: id, tags: Default::default(), timestamp_ns: 0, sequence: 0 })
+    Arc::new(Message {
+        id: id.clone(),
+        channel: jobs(),
+        client_id: Bytes::new(),
+        metadata: Bytes::new(),
+        body: id,
+        tags: Default::default(),
+        timestamp_ns: 0,
+        sequence: 0,
+    })
 }
 
 impl Model {
     fn new() -> Self {
-        Model { msgs: Vec::new(), held: HashMap::new(), given: Default::default(), prefetch: [None; CONSUMERS], receipts_sent: Vec::new(), receipts_done: Vec::new() }
+        Model {
+            msgs: Vec::new(),
+            held: HashMap::new(),
+            given: Default::default(),
+            prefetch: [None; CONSUMERS],
+            receipts_sent: Vec::new(),
+            receipts_done: Vec::new(),
+        }
     }
 
     fn held_by(&self, consumer: usize) -> usize {
@@ -188,7 +230,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Send { max_receive, receipt } => {
                 let i = model.msgs.len();
                 model.msgs.push(Msg { state: State::Ready, deliveries: 0, max_receive });
-                let meta = (max_receive > 0).then(|| Box::new(QueueMeta { max_receive, dead_letter: Some(Channel::from_static("jobs.dlq")), ..QueueMeta::default() }));
+                let meta =
+                    (max_receive > 0).then(|| Box::new(QueueMeta { max_receive, dead_letter: Some(Channel::from_static("jobs.dlq")), ..QueueMeta::default() }));
                 let done = receipt.then(|| {
                     model.receipts_sent.push(i as u64);
                     Ticket { core: 0, conn: ConnId(99), token: i as u64 }
@@ -202,7 +245,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Unsubscribe { consumer } => {
                 model.prefetch[consumer] = None;
-                let tags: Vec<u64> = model.held.iter().filter(|(_, &i)| matches!(model.msgs[i].state, State::Held { consumer: c, .. } if c == consumer)).map(|(&t, _)| t).collect();
+                let tags: Vec<u64> = model
+                    .held
+                    .iter()
+                    .filter(|(_, &i)| matches!(model.msgs[i].state, State::Held { consumer: c, .. } if c == consumer))
+                    .map(|(&t, _)| t)
+                    .collect();
                 for t in tags {
                     model.requeue(t);
                 }
@@ -234,7 +282,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::ForeignAck { consumer, tag } => q.settle(&jobs(), sub(consumer), &[tag], &Settle::Ack, now, &mut out),
             Op::Advance { secs } => {
                 now += Duration::from_secs(secs);
-                let expired: Vec<u64> = model.held.iter().filter(|(_, &i)| matches!(model.msgs[i].state, State::Held { deadline, .. } if deadline <= now)).map(|(&t, _)| t).collect();
+                let expired: Vec<u64> = model
+                    .held
+                    .iter()
+                    .filter(|(_, &i)| matches!(model.msgs[i].state, State::Held { deadline, .. } if deadline <= now))
+                    .map(|(&t, _)| t)
+                    .collect();
                 for t in expired {
                     model.requeue(t);
                 }
@@ -254,7 +307,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     // everything left.
     for c in 0..CONSUMERS {
         if model.prefetch[c].take().is_some() {
-            for t in model.held.iter().filter(|(_, &i)| matches!(model.msgs[i].state, State::Held { consumer, .. } if consumer == c)).map(|(&t, _)| t).collect::<Vec<_>>() {
+            for t in model
+                .held
+                .iter()
+                .filter(|(_, &i)| matches!(model.msgs[i].state, State::Held { consumer, .. } if consumer == c))
+                .map(|(&t, _)| t)
+                .collect::<Vec<_>>()
+            {
                 model.requeue(t);
             }
             q.unsubscribe(&jobs(), sub(c), now, &mut out);

@@ -124,7 +124,12 @@ fn a_gateway_reaches_a_tls_array_that_requires_a_token() {
     let port = pair.grpc.local_addr().port();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let with = |token: Option<&str>| RemoteArray { authority: format!("localhost:{port}"), tls: true, ca_file: Some(ca_file.clone()), token: token.map(Into::into) };
+        let with = |token: Option<&str>| RemoteArray {
+            authority: format!("localhost:{port}"),
+            tls: true,
+            ca_file: Some(ca_file.clone()),
+            token: token.map(Into::into),
+        };
         let mut anonymous = stompgate::egress::client(&with(None)).unwrap();
         let refused = anonymous.ping(stompgate::wire::pb::Empty {}).await.expect_err("no token, no service");
         assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");

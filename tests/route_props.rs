@@ -21,12 +21,7 @@ const PREFIXES: [Option<&str>; 12] = [
 ];
 
 fn default_pattern() -> impl Strategy<Value = DefaultPattern> {
-    prop_oneof![
-        Just(DefaultPattern::Events),
-        Just(DefaultPattern::Queues),
-        Just(DefaultPattern::Store),
-        Just(DefaultPattern::None),
-    ]
+    prop_oneof![Just(DefaultPattern::Events), Just(DefaultPattern::Queues), Just(DefaultPattern::Store), Just(DefaultPattern::None),]
 }
 
 fn intent() -> impl Strategy<Value = Intent> {

@@ -15,8 +15,8 @@ use common::flow::*;
 use common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use stompgate::model::{Channel, Pattern, Tags};
 use stompgate::mesh::msg::{RpcOutcome, RpcRequest};
+use stompgate::model::{Channel, Pattern, Tags};
 
 fn service() -> String {
     unique("svc")
@@ -31,7 +31,15 @@ fn answer(server: &TestServer, req: &RpcRequest, outcome: RpcOutcome) {
 }
 
 fn ok(body: &str, t: &[(&str, &str)]) -> RpcOutcome {
-    RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from(body.to_string()), tags: tags(t), responder: Bytes::new(), timestamp_ns: 0 }
+    RpcOutcome::Response {
+        executed: true,
+        error: Bytes::new(),
+        metadata: Bytes::new(),
+        body: Bytes::from(body.to_string()),
+        tags: tags(t),
+        responder: Bytes::new(),
+        timestamp_ns: 0,
+    }
 }
 
 fn next_request(rx: &std::sync::mpsc::Receiver<RpcRequest>) -> RpcRequest {
@@ -107,13 +115,7 @@ fn command_success_carries_executed_body_and_tags() {
     let mut c = requester(&server);
     c.send(
         "SEND",
-        &[
-            ("destination", &format!("/command/{svc}")),
-            ("reply-to", "/reply/r1"),
-            ("correlation-id", "c1"),
-            ("content-type", "text/plain"),
-            ("x-trace", "abc"),
-        ],
+        &[("destination", &format!("/command/{svc}")), ("reply-to", "/reply/r1"), ("correlation-id", "c1"), ("content-type", "text/plain"), ("x-trace", "abc")],
         b"do it",
     );
     let req = next_request(&rx);
@@ -281,7 +283,15 @@ fn concurrent_requests_from_both_cores_each_get_their_own_reply() {
         for _ in 0..4 * PER_CONN {
             let req = rx.recv_timeout(WAIT).expect("request");
             let body = format!("re: {}", String::from_utf8_lossy(&req.msg.body));
-            let outcome = RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from(body), tags: Tags::default(), responder: Bytes::new(), timestamp_ns: 0 };
+            let outcome = RpcOutcome::Response {
+                executed: true,
+                error: Bytes::new(),
+                metadata: Bytes::new(),
+                body: Bytes::from(body),
+                tags: Tags::default(),
+                responder: Bytes::new(),
+                timestamp_ns: 0,
+            };
             assert!(array.respond(req.pattern, req.msg.channel.clone(), req.request_id.clone(), outcome));
         }
     });

@@ -9,12 +9,7 @@ use stompgate::model::Pattern;
 use stompgate::route::{parse_destination, DefaultPattern, DestinationError, Intent};
 
 fn default_pattern() -> impl Strategy<Value = DefaultPattern> {
-    prop_oneof![
-        Just(DefaultPattern::Events),
-        Just(DefaultPattern::Queues),
-        Just(DefaultPattern::Store),
-        Just(DefaultPattern::None),
-    ]
+    prop_oneof![Just(DefaultPattern::Events), Just(DefaultPattern::Queues), Just(DefaultPattern::Store), Just(DefaultPattern::None),]
 }
 
 fn intent() -> impl Strategy<Value = Intent> {
@@ -25,8 +20,8 @@ fn intent() -> impl Strategy<Value = Intent> {
 /// Unicode whitespace, non-ASCII letters, prefixes' letters.
 fn special_char() -> impl Strategy<Value = char> {
     prop::sample::select(vec![
-        'a', 'q', 'x', '.', '/', '*', '>', ' ', '\t', '\n', '\r', '\u{0b}', '\u{0c}', '\u{85}', '\u{a0}',
-        '\u{2003}', '\u{2028}', '\u{3000}', '\u{feff}', 'é', '中', ':', '-', '_', '+', '#', '\0',
+        'a', 'q', 'x', '.', '/', '*', '>', ' ', '\t', '\n', '\r', '\u{0b}', '\u{0c}', '\u{85}', '\u{a0}', '\u{2003}', '\u{2028}', '\u{3000}', '\u{feff}', 'é',
+        '中', ':', '-', '_', '+', '#', '\0',
     ])
 }
 

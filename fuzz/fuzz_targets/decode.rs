@@ -7,12 +7,7 @@ use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use stompgate::stomp::{DecodeError, Decoded, Decoder, Limits, Version};
 
-fn decode(
-    version: Option<Version>,
-    limits: Limits,
-    input: &[u8],
-    sizes: &[u8],
-) -> Vec<Result<Decoded, DecodeError>> {
+fn decode(version: Option<Version>, limits: Limits, input: &[u8], sizes: &[u8]) -> Vec<Result<Decoded, DecodeError>> {
     let mut d = Decoder::new(limits);
     if let Some(v) = version {
         d.set_version(v);
@@ -51,29 +46,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let n_sizes = usize::from(head & 7).min(rest.len());
     let (sizes, input) = rest.split_at(n_sizes);
-    let small = Limits {
-        max_header_bytes: 48,
-        max_headers: 3,
-        max_body: 16,
-    };
-    for version in [
-        None,
-        Some(Version::V1_0),
-        Some(Version::V1_1),
-        Some(Version::V1_2),
-    ] {
+    let small = Limits { max_header_bytes: 48, max_headers: 3, max_body: 16 };
+    for version in [None, Some(Version::V1_0), Some(Version::V1_1), Some(Version::V1_2)] {
         for limits in [Limits::default(), small] {
             let whole = decode(version, limits, input, &[]);
             let cut = decode(version, limits, input, sizes);
-            assert_eq!(
-                whole, cut,
-                "version {version:?} limits {limits:?} sizes {sizes:?}"
-            );
+            assert_eq!(whole, cut, "version {version:?} limits {limits:?} sizes {sizes:?}");
             let bytewise = decode(version, limits, input, &[1]);
-            assert_eq!(
-                whole, bytewise,
-                "version {version:?} limits {limits:?} one byte at a time"
-            );
+            assert_eq!(whole, bytewise, "version {version:?} limits {limits:?} one byte at a time");
         }
     }
 });

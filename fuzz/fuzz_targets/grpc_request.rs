@@ -7,9 +7,9 @@
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;
 use std::sync::Arc;
+use stompgate::mesh::msg::{Pulled, RpcOutcome};
 use stompgate::wire::convert::{self, Incoming};
 use stompgate::{grpc::validate, wire::pb};
-use stompgate::mesh::msg::{Pulled, RpcOutcome};
 
 fn event(bytes: &[u8]) {
     let Ok(ev) = pb::Event::decode(bytes) else { return };

@@ -136,8 +136,7 @@ impl Conn {
     /// # Errors
     /// Connect failure, an ERROR instead of CONNECTED, EOF or no answer within 10 s.
     pub fn open(t: &Target, bufs: Buffers) -> Result<Conn, LoadError> {
-        let stream = TcpStream::connect_timeout(&t.addr, HANDSHAKE_TIMEOUT)
-            .map_err(|e| LoadError::Connect { addr: t.addr.to_string(), source: e })?;
+        let stream = TcpStream::connect_timeout(&t.addr, HANDSHAKE_TIMEOUT).map_err(|e| LoadError::Connect { addr: t.addr.to_string(), source: e })?;
         stream.set_nodelay(true).map_err(|e| LoadError::io("set TCP_NODELAY", e))?;
         // A blocked writer must end too; a small connection's frames always fit the socket.
         if matches!(bufs, Buffers::Large) {
@@ -147,25 +146,11 @@ impl Conn {
             Buffers::Large => (256 * 1024, 256 * 1024),
             Buffers::Small => (4096, 512),
         };
-        let mut c = Conn {
-            stream,
-            rd: Reader::new(rcap),
-            wr: Vec::with_capacity(wcap),
-            wr_pos: 0,
-            version: String::new(),
-            receipt_seq: 0,
-            nonblocking: false,
-        };
+        let mut c = Conn { stream, rd: Reader::new(rcap), wr: Vec::with_capacity(wcap), wr_pos: 0, version: String::new(), receipt_seq: 0, nonblocking: false };
         stomp::encode(
             &mut c.wr,
             "CONNECT",
-            &[
-                ("accept-version", b"1.2"),
-                ("host", b"/"),
-                ("login", t.login.as_bytes()),
-                ("passcode", t.passcode.as_bytes()),
-                ("heart-beat", b"0,0"),
-            ],
+            &[("accept-version", b"1.2"), ("host", b"/"), ("login", t.login.as_bytes()), ("passcode", t.passcode.as_bytes()), ("heart-beat", b"0,0")],
             b"",
         );
         let ctx = || format!("during CONNECT to {}", t.addr);
@@ -390,10 +375,7 @@ pub fn unexpected(context: impl Into<String>, f: &Frame<'_>) -> LoadError {
     if f.is(b"ERROR") {
         LoadError::Server { context: context.into(), text: f.error_text() }
     } else {
-        LoadError::Protocol {
-            context: context.into(),
-            text: format!("unexpected {} frame", String::from_utf8_lossy(f.command)),
-        }
+        LoadError::Protocol { context: context.into(), text: format!("unexpected {} frame", String::from_utf8_lossy(f.command)) }
     }
 }
 

@@ -41,10 +41,7 @@ fn open_many(target: &Target, n: usize) -> (Vec<TcpStream>, String, Option<LoadE
 fn count_dropped(streams: &[TcpStream]) -> u64 {
     let mut dropped = 0;
     for chunk in streams.chunks(1024) {
-        let mut fds: Vec<libc::pollfd> = chunk
-            .iter()
-            .map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 })
-            .collect();
+        let mut fds: Vec<libc::pollfd> = chunk.iter().map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 }).collect();
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs; timeout 0 never blocks.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
         if n > 0 {
@@ -56,14 +53,7 @@ fn count_dropped(streams: &[TcpStream]) -> u64 {
 
 /// # Errors
 /// Too low a file limit, or any connection failing to open (the message says how many did).
-pub fn run(
-    connections: usize,
-    workers: usize,
-    nofile: u64,
-    c: &Common,
-    target: &Target,
-    server: Option<Server>,
-) -> Result<Report, LoadError> {
+pub fn run(connections: usize, workers: usize, nofile: u64, c: &Common, target: &Target, server: Option<Server>) -> Result<Report, LoadError> {
     if connections as u64 + FD_RESERVE > nofile {
         return Err(LoadError::Setup(format!(
             "--connections {connections} needs about {} file descriptors; RLIMIT_NOFILE allows {nofile} \
@@ -78,10 +68,7 @@ pub fn run(
         let handles: Vec<_> = (0..workers)
             .map(|i| {
                 let n = connections / workers + usize::from(i < connections % workers);
-                std::thread::Builder::new()
-                    .name(format!("idle-open-{i}"))
-                    .spawn_scoped(s, move || open_many(target, n))
-                    .expect("spawn idle opener")
+                std::thread::Builder::new().name(format!("idle-open-{i}")).spawn_scoped(s, move || open_many(target, n)).expect("spawn idle opener")
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("idle opener panicked")).collect()

@@ -237,16 +237,7 @@ pub struct Watch {
 impl Watch {
     pub fn new(server: Option<Server>, names: (&'static str, &'static str)) -> Watch {
         let now = now_ns();
-        Watch {
-            start_ns: now,
-            next_tick: now + 1_000_000_000,
-            last_sent: 0,
-            last_received: 0,
-            server,
-            at_start: None,
-            at_end: None,
-            names,
-        }
+        Watch { start_ns: now, next_tick: now + 1_000_000_000, last_sent: 0, last_received: 0, server, at_start: None, at_end: None, names }
     }
 
     /// Sleeps in small steps until `until_ns`, `done()` or a failure, printing progress and
@@ -368,9 +359,7 @@ fn params(c: &Common, scenario: &Scenario) -> Map<String, Value> {
 fn run(cli: &Cli) -> Result<Report, LoadError> {
     let c = &cli.common;
     if c.duration_s.is_nan() || c.duration_s <= 0.0 || c.warmup_s < 0.0 || c.drain_s < 0.0 || c.rate < 0.0 {
-        return Err(LoadError::Setup(
-            "--duration-s must be > 0; --warmup-s, --drain-s and --rate must be >= 0".into(),
-        ));
+        return Err(LoadError::Setup("--duration-s must be > 0; --warmup-s, --drain-s and --rate must be >= 0".into()));
     }
     let nofile = measure::raise_nofile();
     let target = Target::resolve(&c.host, c.port, &c.login, &c.passcode)?;
@@ -405,9 +394,7 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
             server,
         )?,
         Scenario::Connect { workers } => connect::run(*workers as usize, c, &target, server)?,
-        Scenario::Idle { connections, workers } => {
-            idle::run(*connections as usize, *workers as usize, nofile, c, &target, server)?
-        }
+        Scenario::Idle { connections, workers } => idle::run(*connections as usize, *workers as usize, nofile, c, &target, server)?,
         Scenario::Rpc { requesters, inflight, threads, kind, grpc } => rpc::run(
             &rpc::Plan {
                 kind: *kind,

@@ -80,8 +80,7 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
             .collect();
 
         watch.run_until(shared, shared.window.end_ns, || false);
-        let published: Result<Vec<Published>, LoadError> =
-            publisher_threads.into_iter().map(|h| h.join().expect("publisher thread panicked")).collect();
+        let published: Result<Vec<Published>, LoadError> = publisher_threads.into_iter().map(|h| h.join().expect("publisher thread panicked")).collect();
 
         // Drain: until every window message is in, or no progress for --drain-s.
         if let Ok(p) = &published {
@@ -94,9 +93,7 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
             let mut last = shared.window_distinct.load(Ordering::Relaxed);
             let mut idle_until = now_ns() + secs_ns(c.drain_s);
             while now_ns() < idle_until.min(give_up) && !shared.failed.load(Ordering::Relaxed) {
-                watch.run_until(shared, (now_ns() + 100_000_000).min(idle_until), || {
-                    shared.window_distinct.load(Ordering::Relaxed) >= expected
-                });
+                watch.run_until(shared, (now_ns() + 100_000_000).min(idle_until), || shared.window_distinct.load(Ordering::Relaxed) >= expected);
                 let got = shared.window_distinct.load(Ordering::Relaxed);
                 if got >= expected {
                     break;
@@ -108,8 +105,7 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
             }
         }
         shared.stop.store(true, Ordering::Relaxed);
-        let received: Result<Vec<receive::Received>, LoadError> =
-            receiver_threads.into_iter().map(|h| h.join().expect("receiver thread panicked")).collect();
+        let received: Result<Vec<receive::Received>, LoadError> = receiver_threads.into_iter().map(|h| h.join().expect("receiver thread panicked")).collect();
         (published, received)
     });
     let published = published?;

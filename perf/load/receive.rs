@@ -143,8 +143,7 @@ pub fn run(mut receivers: Vec<Receiver>, mode: Mode, publishers: usize, shared: 
         unreported: 0,
         unreported_window: 0,
     };
-    let mut fds: Vec<libc::pollfd> =
-        receivers.iter().map(|r| libc::pollfd { fd: r.conn.fd(), events: 0, revents: 0 }).collect();
+    let mut fds: Vec<libc::pollfd> = receivers.iter().map(|r| libc::pollfd { fd: r.conn.fd(), events: 0, revents: 0 }).collect();
     while !shared.stop.load(Ordering::Relaxed) {
         if !crate::conn::poll_conns(&mut fds, receivers.iter().map(|r| &r.conn), POLL_MS)? {
             continue;
@@ -181,13 +180,7 @@ pub fn run(mut receivers: Vec<Receiver>, mode: Mode, publishers: usize, shared: 
             g.unreported_window = 0;
         }
     }
-    let mut out = Received {
-        latency: g.latency,
-        seen: Vec::new(),
-        delivered_in_window: g.delivered_in_window,
-        out_of_order: 0,
-        foreign: g.foreign,
-    };
+    let mut out = Received { latency: g.latency, seen: Vec::new(), delivered_in_window: g.delivered_in_window, out_of_order: 0, foreign: g.foreign };
     if mode == Mode::Queue {
         out.seen.push(g.queue_seen);
     }

@@ -91,10 +91,7 @@ impl Report {
     /// Messages lost or duplicated (rpc: or answered with `stomp-error`): the run did not
     /// deliver exactly what was sent.
     pub fn violated(&self) -> bool {
-        self.lost.unwrap_or(0) > 0
-            || self.duplicated.unwrap_or(0) > 0
-            || self.dropped.unwrap_or(0) > 0
-            || self.errors.unwrap_or(0) > 0
+        self.lost.unwrap_or(0) > 0 || self.duplicated.unwrap_or(0) > 0 || self.dropped.unwrap_or(0) > 0 || self.errors.unwrap_or(0) > 0
     }
 
     pub fn to_json(&self) -> Value {
@@ -142,11 +139,7 @@ impl Report {
     pub fn human(&self) -> String {
         let mut s = String::new();
         let label = if self.label.is_empty() { String::new() } else { format!(" [{}]", self.label) };
-        let _ = writeln!(
-            s,
-            "stompgate-load {}{label}: {} (STOMP {}), {:.1} s window",
-            self.scenario, self.target, self.stomp_version, self.window_s
-        );
+        let _ = writeln!(s, "stompgate-load {}{label}: {} (STOMP {}), {:.1} s window", self.scenario, self.target, self.stomp_version, self.window_s);
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(s, "  params      {}", params.join(" "));
         if let (Some(sent), Some(done)) = (self.sent, self.completed) {
@@ -185,8 +178,7 @@ impl Report {
             );
         }
         if let Some(n) = self.errors {
-            let kinds: Vec<String> =
-                self.stomp_errors.iter().flatten().filter(|(_, &v)| v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+            let kinds: Vec<String> = self.stomp_errors.iter().flatten().filter(|(_, &v)| v > 0).map(|(k, v)| format!("{k} {v}")).collect();
             let kinds = if kinds.is_empty() { String::new() } else { format!(" ({})", kinds.join(", ")) };
             let _ = writeln!(s, "  errors      {n} answered with stomp-error{kinds}");
         }
@@ -195,11 +187,7 @@ impl Report {
         }
         if let Some(d) = self.dropped {
             let held = self.params.get("connections").and_then(Value::as_u64).unwrap_or(0);
-            let _ = writeln!(
-                s,
-                "  idle        held {held}, dropped by server {d}, opened at {:.0} connections/s",
-                self.open_per_s.unwrap_or(0.0)
-            );
+            let _ = writeln!(s, "  idle        held {held}, dropped by server {d}, opened at {:.0} connections/s", self.open_per_s.unwrap_or(0.0));
         }
         let unit = if self.delivered.is_some() {
             "msg"

@@ -64,18 +64,10 @@ impl Responder {
             .map_err(|e| LoadError::Setup(format!("--grpc {grpc}: {}", chain(&e))))?
             .connect_timeout(SETUP_TIMEOUT)
             .tcp_nodelay(true);
-        let sub = pb::Subscribe {
-            subscribe_type_data: kind.subscribe_type(),
-            client_id: CLIENT_ID.into(),
-            channel: channel.into(),
-            ..Default::default()
-        };
+        let sub = pb::Subscribe { subscribe_type_data: kind.subscribe_type(), client_id: CLIENT_ID.into(), channel: channel.into(), ..Default::default() };
         let context = format!("SubscribeToRequests on {grpc}");
         let (client, stream) = rt.block_on(async {
-            let connection = endpoint
-                .connect()
-                .await
-                .map_err(|e| LoadError::Connect { addr: grpc.to_owned(), source: io::Error::other(chain(&e)) })?;
+            let connection = endpoint.connect().await.map_err(|e| LoadError::Connect { addr: grpc.to_owned(), source: io::Error::other(chain(&e)) })?;
             let mut client = KubemqClient::new(connection)
                 .max_decoding_message_size(stompgate::wire::MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(stompgate::wire::MAX_MESSAGE_BYTES);
@@ -144,9 +136,7 @@ async fn serve(client: KubemqClient<Channel>, mut stream: tonic::Streaming<pb::R
 }
 
 fn unix_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// An error and its sources on one line (tonic's own text is only "transport error"); a

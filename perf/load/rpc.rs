@@ -260,19 +260,10 @@ fn drive(mut requesters: Vec<Requester>, inflight: usize, flow: &Flow, shared: &
         r.conn.set_nonblocking(true)?;
         r.paced_from = started;
     }
-    let mut out = Answered {
-        latency: latency_histogram(),
-        completed: 0,
-        errors: BTreeMap::new(),
-        duplicated: 0,
-        foreign: 0,
-        window_sent: 0,
-        lost: 0,
-    };
+    let mut out = Answered { latency: latency_histogram(), completed: 0, errors: BTreeMap::new(), duplicated: 0, foreign: 0, window_sent: 0, lost: 0 };
     let mut sending = true;
     let (mut unreported_sent, mut unreported_answers) = (0, 0);
-    let mut fds: Vec<libc::pollfd> =
-        requesters.iter().map(|r| libc::pollfd { fd: r.conn.fd(), events: 0, revents: 0 }).collect();
+    let mut fds: Vec<libc::pollfd> = requesters.iter().map(|r| libc::pollfd { fd: r.conn.fd(), events: 0, revents: 0 }).collect();
     while !shared.stop.load(Ordering::Relaxed) {
         let mut wait_ms = POLL_MS;
         let now = now_ns();
@@ -348,12 +339,7 @@ fn probe(conn: &mut Conn, destination: &str, reply_to: &str, grpc: &str) -> Resu
         stomp::encode(
             &mut conn.wr,
             "SEND",
-            &[
-                ("destination", destination.as_bytes()),
-                ("reply-to", reply_to.as_bytes()),
-                ("correlation-id", id.as_bytes()),
-                ("timeout", PROBE_TIMEOUT_MS),
-            ],
+            &[("destination", destination.as_bytes()), ("reply-to", reply_to.as_bytes()), ("correlation-id", id.as_bytes()), ("timeout", PROBE_TIMEOUT_MS)],
             b"probe",
         );
         conn.flush().map_err(|e| LoadError::io(&ctx, e))?;
@@ -420,8 +406,7 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
         // Drain: until every request is answered, or no answer came for --drain-s.
         let all_answered = || {
             responder.failed()
-                || (flow.sending_threads.load(Ordering::SeqCst) == 0
-                    && shared.received.load(Ordering::SeqCst) >= shared.sent.load(Ordering::SeqCst))
+                || (flow.sending_threads.load(Ordering::SeqCst) == 0 && shared.received.load(Ordering::SeqCst) >= shared.sent.load(Ordering::SeqCst))
         };
         let give_up = now_ns() + MAX_DRAIN_NS;
         let mut last = shared.received.load(Ordering::SeqCst);

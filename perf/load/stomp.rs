@@ -35,12 +35,7 @@ impl<'a> Frame<'a> {
     pub fn error_text(&self) -> String {
         let msg = self.header(b"message").unwrap_or(b"");
         let body = &self.body[..self.body.len().min(200)];
-        format!(
-            "{}{}{}",
-            String::from_utf8_lossy(msg),
-            if body.is_empty() { "" } else { ": " },
-            String::from_utf8_lossy(body).trim()
-        )
+        format!("{}{}{}", String::from_utf8_lossy(msg), if body.is_empty() { "" } else { ": " }, String::from_utf8_lossy(body).trim())
     }
 }
 

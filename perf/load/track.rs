@@ -67,10 +67,7 @@ impl Seen {
     }
 
     fn has(&self, seq: u64) -> bool {
-        usize::try_from(seq / 64)
-            .ok()
-            .and_then(|w| self.bits.get(w))
-            .is_some_and(|w| w & (1u64 << (seq % 64)) != 0)
+        usize::try_from(seq / 64).ok().and_then(|w| self.bits.get(w)).is_some_and(|w| w & (1u64 << (seq % 64)) != 0)
     }
 }
 

@@ -1,8 +1,8 @@
 //! Events (fire-and-forget fan-out) interest lists, with consumer groups and wildcard filters.
 use super::Outbox;
+use crate::mesh::msg::{CoreId, CoreMsg, SubRef};
 use crate::model::{Channel, Message, Pattern};
 use crate::route::Filter;
-use crate::mesh::msg::{CoreId, CoreMsg, SubRef};
 use ahash::AHashMap;
 use bytes::Bytes;
 use std::sync::Arc;

@@ -11,9 +11,9 @@ pub mod queue;
 pub mod rpc;
 pub mod store;
 
-use crate::model::{Channel, Pattern};
 use crate::mesh::msg::{CoreId, CoreMsg};
 pub use crate::mesh::topology::owner_of;
+use crate::model::{Channel, Pattern};
 
 /// Messages a shard operation produced, in order.
 pub type Outbox = Vec<(CoreId, CoreMsg)>;

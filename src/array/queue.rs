@@ -26,8 +26,8 @@
 //! ready it waits, first in line ahead of the push consumers, until a message arrives or its
 //! wait ends (checked every tick).
 use super::Outbox;
-use crate::model::{now_unix_ns, Channel, Message};
 use crate::mesh::msg::{ChannelStats, CoreId, CoreMsg, PullMode, PullRequest, PullResult, Pulled, QueueMeta, Settle, SubRef, Ticket};
+use crate::model::{now_unix_ns, Channel, Message};
 use ahash::AHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -176,10 +176,7 @@ impl Queues {
     }
 
     pub fn depth(&self, channel: &Channel) -> QueueDepth {
-        self.channels
-            .get(channel)
-            .map(|c| QueueDepth { ready: c.ready.len(), inflight: c.inflight.len(), consumers: c.consumers.len() })
-            .unwrap_or_default()
+        self.channels.get(channel).map(|c| QueueDepth { ready: c.ready.len(), inflight: c.inflight.len(), consumers: c.consumers.len() }).unwrap_or_default()
     }
 
     /// Appends `msg`; `done` (the SEND's receipt) is confirmed at once, or held while the
@@ -396,13 +393,8 @@ impl Queues {
             match req.mode {
                 PullMode::Peek => {
                     let now_ns = now_unix_ns();
-                    result.messages = ch
-                        .ready
-                        .iter()
-                        .filter(|e| e.expires_at_ns == 0 || e.expires_at_ns > now_ns)
-                        .take(req.max as usize)
-                        .map(|e| e.pulled(0))
-                        .collect();
+                    result.messages =
+                        ch.ready.iter().filter(|e| e.expires_at_ns == 0 || e.expires_at_ns > now_ns).take(req.max as usize).map(|e| e.pulled(0)).collect();
                     if result.messages.is_empty() {
                         // Only expired ones ready: keep waiting for a live one.
                         ch.waiters.push_front(Waiter { req, deadline: w.deadline, expired: result.expired });
@@ -461,10 +453,7 @@ impl Queues {
             let tag = self.next_tag;
             self.next_tag += 1;
             let sub = consumer.sub;
-            out.push((
-                sub.core,
-                CoreMsg::QueueDeliver { sub, owner: self.core, tag, msg: Arc::clone(&entry.msg), redelivered: entry.receive_count > 1 },
-            ));
+            out.push((sub.core, CoreMsg::QueueDeliver { sub, owner: self.core, tag, msg: Arc::clone(&entry.msg), redelivered: entry.receive_count > 1 }));
             ch.deadlines.push_back((now + self.ack_timeout, tag));
             ch.inflight.insert(tag, Inflight { entry, consumer: sub });
         }

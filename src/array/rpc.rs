@@ -2,8 +2,8 @@
 //! their answer, and timeouts. STOMP is requester-only (seed 003); responders attach through
 //! the array API (`CoreMsg::RegisterResponder`), which the gRPC side uses.
 use super::Outbox;
-use crate::model::{Channel, Pattern};
 use crate::mesh::msg::{CoreMsg, ResponderFn, RpcOutcome, RpcRequest};
+use crate::model::{Channel, Pattern};
 use ahash::AHashMap;
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -74,10 +74,12 @@ impl Rpc {
         let mut handed = false;
         if let Some(e) = self.responders.get_mut(&key) {
             // Group-less responders: all of them.
-            e.list.retain(|r| r.group.is_some() || {
-                let alive = (r.handle)(&req);
-                handed |= alive;
-                alive
+            e.list.retain(|r| {
+                r.group.is_some() || {
+                    let alive = (r.handle)(&req);
+                    handed |= alive;
+                    alive
+                }
             });
             // Each group: one member, starting at the channel's turn.
             let mut groups: Vec<Bytes> = e.list.iter().filter_map(|r| r.group.clone()).collect();
@@ -150,8 +152,8 @@ fn reply(req: &RpcRequest, outcome: RpcOutcome) -> (usize, CoreMsg) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Message;
     use crate::mesh::msg::{ConnId, SubRef};
+    use crate::model::Message;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
@@ -203,15 +205,29 @@ mod tests {
         let mut rpc = Rpc::default();
         let seen = Arc::new(AtomicUsize::new(0));
         let s = seen.clone();
-        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, Arc::new(move |_r: &RpcRequest| {
-            s.fetch_add(1, Ordering::SeqCst);
-            true
-        }));
+        rpc.register(
+            Pattern::Commands,
+            Channel::from_static("svc"),
+            1,
+            None,
+            Arc::new(move |_r: &RpcRequest| {
+                s.fetch_add(1, Ordering::SeqCst);
+                true
+            }),
+        );
         let mut out = Outbox::new();
         rpc.request(req("r1", 1000), Instant::now(), &mut out);
         assert!(out.is_empty());
         assert_eq!(seen.load(Ordering::SeqCst), 1);
-        let answer = RpcOutcome::Response { executed: true, error: Bytes::new(), metadata: Bytes::new(), body: Bytes::from_static(b"ok"), tags: Default::default(), responder: Bytes::new(), timestamp_ns: 0 };
+        let answer = RpcOutcome::Response {
+            executed: true,
+            error: Bytes::new(),
+            metadata: Bytes::new(),
+            body: Bytes::from_static(b"ok"),
+            tags: Default::default(),
+            responder: Bytes::new(),
+            timestamp_ns: 0,
+        };
         assert!(rpc.respond(b"r1", answer.clone(), &mut out));
         assert_eq!(outcome(&out), vec![answer]);
         // a second (late) answer is dropped

@@ -3,8 +3,8 @@
 //! in-memory implementation without touching delivery.
 use super::events::{Events, Interest};
 use super::Outbox;
-use crate::model::{Channel, Message, Pattern};
 use crate::mesh::msg::{CoreMsg, StartAt, SubRef};
+use crate::model::{Channel, Message, Pattern};
 use ahash::AHashMap;
 use std::sync::Arc;
 

@@ -29,12 +29,7 @@ pub(super) struct Cli {
 
     /// Run on the first N online CPUs, one pinned executor each; N must be 1..=number of online
     /// CPUs. Default: all online CPUs. Conflicts with --cpus. No env. TOML key: cores.
-    #[arg(
-        long,
-        value_name = "N",
-        conflicts_with = "cpus",
-        allow_negative_numbers = true
-    )]
+    #[arg(long, value_name = "N", conflicts_with = "cpus", allow_negative_numbers = true)]
     pub(super) cores: Option<String>,
 
     /// Run on exactly these CPUs, e.g. 0,2-3 (comma-separated CPU ids and inclusive ranges;
@@ -147,11 +142,7 @@ pub(super) struct Cli {
 /// clap's rendered error is several lines (message, tip, usage); keep the first.
 pub(super) fn one_line(e: &clap::Error) -> String {
     let rendered = e.render().to_string();
-    let first = rendered
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("invalid arguments");
+    let first = rendered.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("invalid arguments");
     first.strip_prefix("error: ").unwrap_or(first).to_owned()
 }
 
@@ -180,10 +171,7 @@ mod tests {
             assert!(help.contains(name), "help lacks {name}");
         }
         for key in TOML_KEYS {
-            assert!(
-                help.contains(&format!("TOML key: {key}")),
-                "help lacks TOML key {key}"
-            );
+            assert!(help.contains(&format!("TOML key: {key}")), "help lacks TOML key {key}");
         }
         Cli::command().debug_assert();
     }

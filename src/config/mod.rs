@@ -18,9 +18,9 @@ mod cpus;
 mod flags;
 mod resolve;
 mod sources;
-mod values;
 #[cfg(test)]
 mod tests;
+mod values;
 
 pub use cpus::{online_cpus, parse_cpu_list};
 pub use sources::{env, TOML_KEYS};

@@ -9,20 +9,12 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 
 impl Config {
-    pub(super) fn resolve<F: Fn(&str) -> Option<String>>(
-        cli: &Cli,
-        env: F,
-        online: &[usize],
-    ) -> Result<Config, String> {
+    pub(super) fn resolve<F: Fn(&str) -> Option<String>>(cli: &Cli, env: F, online: &[usize]) -> Result<Config, String> {
         if online.is_empty() {
             return Err("cannot list the online CPUs".into());
         }
         let file = cli.config.as_deref().map(File::load).transpose()?;
-        let src = Sources {
-            cli,
-            env,
-            file: file.as_ref(),
-        };
+        let src = Sources { cli, env, file: file.as_ref() };
         let d = Config::default();
 
         // TLS is not implemented: the value is only checked, so a typo is still caught.
@@ -33,21 +25,11 @@ impl Config {
         let stomp_addr = Self::resolve_addr(&src, d.stomp_addr)?;
         let cpus = Self::resolve_cpus(&src, online)?;
 
-        let default_pattern = match src.pick(
-            "default-pattern",
-            &cli.default_pattern,
-            Some(env::DEFAULT_PATTERN),
-            "default_pattern",
-        ) {
+        let default_pattern = match src.pick("default-pattern", &cli.default_pattern, Some(env::DEFAULT_PATTERN), "default_pattern") {
             None => d.default_pattern,
             Some((raw, source)) => {
                 let s = text(&raw, source)?;
-                parse_default_pattern(s).ok_or_else(|| {
-                    invalid(
-                        source,
-                        format!("{s:?} is not one of events, queues, store, none"),
-                    )
-                })?
+                parse_default_pattern(s).ok_or_else(|| invalid(source, format!("{s:?} is not one of events, queues, store, none")))?
             }
         };
 
@@ -65,32 +47,12 @@ impl Config {
             cpus,
             default_pattern,
             heartbeat_ms: uint!(heartbeat_ms, "heartbeat-ms", Some(env::HEARTBEAT_MS), 0),
-            max_connections: uint!(
-                max_connections,
-                "max-connections",
-                Some(env::MAX_CONNECTIONS),
-                0
-            ),
+            max_connections: uint!(max_connections, "max-connections", Some(env::MAX_CONNECTIONS), 0),
             max_body_size: uint!(max_body_size, "max-body-size", Some(env::MAX_BODY_SIZE), 1),
             sub_buff_size: uint!(sub_buff_size, "sub-buff-size", Some(env::SUB_BUFF_SIZE), 1),
-            queue_ack_timeout_s: uint!(
-                queue_ack_timeout_s,
-                "queue-ack-timeout-s",
-                Some(env::QUEUE_ACK_TIMEOUT_SECONDS),
-                1
-            ),
-            rpc_timeout_s: uint!(
-                rpc_timeout_s,
-                "rpc-timeout-s",
-                Some(env::RPC_TIMEOUT_SECONDS),
-                1
-            ),
-            rpc_max_pending: uint!(
-                rpc_max_pending,
-                "rpc-max-pending",
-                Some(env::RPC_MAX_PENDING),
-                1
-            ),
+            queue_ack_timeout_s: uint!(queue_ack_timeout_s, "queue-ack-timeout-s", Some(env::QUEUE_ACK_TIMEOUT_SECONDS), 1),
+            rpc_timeout_s: uint!(rpc_timeout_s, "rpc-timeout-s", Some(env::RPC_TIMEOUT_SECONDS), 1),
+            rpc_max_pending: uint!(rpc_max_pending, "rpc-max-pending", Some(env::RPC_MAX_PENDING), 1),
             grpc_addr: match src.pick("grpc-addr", &cli.grpc_addr, None, "grpc_addr") {
                 None => d.grpc_addr,
                 Some((raw, source)) => match text(&raw, source)? {
@@ -190,10 +152,7 @@ impl Config {
 
     /// `--stomp-addr` > `CONNECTORS_STOMP_PORT` (port only; host from the file's `stomp_addr`,
     /// else 0.0.0.0) > file `stomp_addr` > default.
-    fn resolve_addr<F: Fn(&str) -> Option<String>>(
-        src: &Sources<'_, F>,
-        default: SocketAddr,
-    ) -> Result<SocketAddr, String> {
+    fn resolve_addr<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>, default: SocketAddr) -> Result<SocketAddr, String> {
         if let Some(s) = &src.cli.stomp_addr {
             return parse_addr(s, Source::Flag("stomp-addr"));
         }
@@ -208,5 +167,4 @@ impl Config {
         }
         Ok(from_file.unwrap_or(default))
     }
-
 }

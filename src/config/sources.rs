@@ -79,12 +79,9 @@ pub(super) struct File {
 
 impl File {
     pub(super) fn load(path: &str) -> Result<File, String> {
-        let text = std::fs::read_to_string(Path::new(path))
-            .map_err(|e| format!("cannot read config file {path}: {e}"))?;
+        let text = std::fs::read_to_string(Path::new(path)).map_err(|e| format!("cannot read config file {path}: {e}"))?;
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let line = e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
             let msg = e.message().trim().replace('\n', " ");
             match line {
                 Some(line) => format!("invalid config file {path}: line {line}: {msg}"),
@@ -92,27 +89,13 @@ impl File {
             }
         })?;
         if let Some(key) = table.keys().find(|k| !TOML_KEYS.contains(&k.as_str())) {
-            return Err(format!(
-                "invalid config file {path}: unknown key `{key}` (known keys: {})",
-                TOML_KEYS.join(", ")
-            ));
+            return Err(format!("invalid config file {path}: unknown key `{key}` (known keys: {})", TOML_KEYS.join(", ")));
         }
-        Ok(File {
-            path: path.to_owned(),
-            table,
-        })
+        Ok(File { path: path.to_owned(), table })
     }
 
     pub(super) fn get(&self, key: &'static str) -> Option<(Raw<'_>, Source<'_>)> {
-        self.table.get(key).map(|v| {
-            (
-                Raw::Toml(v),
-                Source::File {
-                    key,
-                    path: &self.path,
-                },
-            )
-        })
+        self.table.get(key).map(|v| (Raw::Toml(v), Source::File { key, path: &self.path }))
     }
 }
 
@@ -125,9 +108,7 @@ pub(super) struct Sources<'a, F> {
 
 impl<'a, F: Fn(&str) -> Option<String>> Sources<'a, F> {
     pub(super) fn env(&self, name: &'static str) -> Option<(Raw<'a>, Source<'a>)> {
-        (self.env)(name)
-            .filter(|v| !v.is_empty())
-            .map(|v| (Raw::Text(v), Source::Env(name)))
+        (self.env)(name).filter(|v| !v.is_empty()).map(|v| (Raw::Text(v), Source::Env(name)))
     }
 
     /// The highest-precedence raw value of one setting: flag > env > file.

@@ -7,10 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 const ONLINE: [usize; 4] = [0, 1, 2, 3];
 
 fn parse_env(args: &[&str], env: &[(&str, &str)]) -> Result<Config, String> {
-    let env: HashMap<String, String> = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let argv = std::iter::once("stompgate").chain(args.iter().copied());
     Config::parse_with(argv, |k| env.get(k).cloned(), &ONLINE)
 }
@@ -30,11 +27,7 @@ struct TempToml(std::path::PathBuf);
 impl TempToml {
     fn new(contents: &str) -> TempToml {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "stompgate-config-test-{}-{}.toml",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
+        let path = std::env::temp_dir().join(format!("stompgate-config-test-{}-{}.toml", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
         std::fs::write(&path, contents).unwrap();
         TempToml(path)
     }
@@ -51,13 +44,7 @@ impl Drop for TempToml {
 #[test]
 fn defaults() {
     let c = parse(&[]).unwrap();
-    assert_eq!(
-        c,
-        Config {
-            cpus: ONLINE.to_vec(),
-            ..Config::default()
-        }
-    );
+    assert_eq!(c, Config { cpus: ONLINE.to_vec(), ..Config::default() });
     assert_eq!(c.stomp_addr, "0.0.0.0:61613".parse().unwrap());
     assert_eq!(c.default_pattern, DefaultPattern::Events);
     assert_eq!(c.heartbeat_ms, 10_000);
@@ -77,36 +64,17 @@ fn each_flag() {
     assert_eq!(c.stomp_addr, "[::1]:7001".parse().unwrap());
     assert_eq!(parse(&["--cores", "2"]).unwrap().cpus, vec![0, 1]);
     assert_eq!(parse(&["--cpus", "1,3"]).unwrap().cpus, vec![1, 3]);
-    for (s, p) in [
-        ("events", DefaultPattern::Events),
-        ("queues", DefaultPattern::Queues),
-        ("store", DefaultPattern::Store),
-        ("none", DefaultPattern::None),
-    ] {
+    for (s, p) in [("events", DefaultPattern::Events), ("queues", DefaultPattern::Queues), ("store", DefaultPattern::Store), ("none", DefaultPattern::None)] {
         assert_eq!(parse(&["--default-pattern", s]).unwrap().default_pattern, p);
     }
     assert_eq!(parse(&["--heartbeat-ms", "0"]).unwrap().heartbeat_ms, 0);
-    assert_eq!(
-        parse(&["--heartbeat-ms", "2500"]).unwrap().heartbeat_ms,
-        2500
-    );
-    assert_eq!(
-        parse(&["--max-connections", "7"]).unwrap().max_connections,
-        7
-    );
+    assert_eq!(parse(&["--heartbeat-ms", "2500"]).unwrap().heartbeat_ms, 2500);
+    assert_eq!(parse(&["--max-connections", "7"]).unwrap().max_connections, 7);
     assert_eq!(parse(&["--max-body-size", "1"]).unwrap().max_body_size, 1);
     assert_eq!(parse(&["--sub-buff-size", "1"]).unwrap().sub_buff_size, 1);
-    assert_eq!(
-        parse(&["--queue-ack-timeout-s", "5"])
-            .unwrap()
-            .queue_ack_timeout_s,
-        5
-    );
+    assert_eq!(parse(&["--queue-ack-timeout-s", "5"]).unwrap().queue_ack_timeout_s, 5);
     assert_eq!(parse(&["--rpc-timeout-s", "6"]).unwrap().rpc_timeout_s, 6);
-    assert_eq!(
-        parse(&["--rpc-max-pending", "8"]).unwrap().rpc_max_pending,
-        8
-    );
+    assert_eq!(parse(&["--rpc-max-pending", "8"]).unwrap().rpc_max_pending, 8);
 }
 
 #[test]
@@ -153,14 +121,7 @@ fn each_env_name() {
 
 #[test]
 fn empty_env_counts_as_unset() {
-    let c = parse_env(
-        &[],
-        &[
-            ("CONNECTORS_STOMP_SUB_BUFF_SIZE", ""),
-            ("CONNECTORS_STOMP_PORT", ""),
-        ],
-    )
-    .unwrap();
+    let c = parse_env(&[], &[("CONNECTORS_STOMP_SUB_BUFF_SIZE", ""), ("CONNECTORS_STOMP_PORT", "")]).unwrap();
     assert_eq!(c.sub_buff_size, 100);
     assert_eq!(c.stomp_addr, "0.0.0.0:61613".parse().unwrap());
 }
@@ -211,134 +172,57 @@ metrics_addr = "127.0.0.1:9100"
     let g = TempToml::new("cores = 3\n");
     assert_eq!(parse(&["--config", g.path()]).unwrap().cpus, vec![0, 1, 2]);
     let empty = TempToml::new("");
-    assert_eq!(
-        parse(&["--config", empty.path()]).unwrap(),
-        parse(&[]).unwrap()
-    );
+    assert_eq!(parse(&["--config", empty.path()]).unwrap(), parse(&[]).unwrap());
 }
 
 #[test]
 fn precedence_flag_over_env_over_file_over_default() {
     let f = TempToml::new("sub_buff_size = 3\nrpc_max_pending = 30\nheartbeat_ms = 300\nstomp_addr = \"127.0.0.1:7200\"\ndefault_pattern = \"store\"\n");
-    let env = [
-        ("CONNECTORS_STOMP_SUB_BUFF_SIZE", "2"),
-        ("CONNECTORS_STOMP_RPC_MAX_PENDING", "20"),
-        ("CONNECTORS_STOMP_DEFAULT_PATTERN", "queues"),
-    ];
-    let c = parse_env(
-        &[
-            "--config",
-            f.path(),
-            "--sub-buff-size",
-            "1",
-            "--default-pattern",
-            "none",
-        ],
-        &env,
-    )
-    .unwrap();
+    let env = [("CONNECTORS_STOMP_SUB_BUFF_SIZE", "2"), ("CONNECTORS_STOMP_RPC_MAX_PENDING", "20"), ("CONNECTORS_STOMP_DEFAULT_PATTERN", "queues")];
+    let c = parse_env(&["--config", f.path(), "--sub-buff-size", "1", "--default-pattern", "none"], &env).unwrap();
     assert_eq!(c.sub_buff_size, 1, "flag beats env and file");
-    assert_eq!(
-        c.default_pattern,
-        DefaultPattern::None,
-        "flag beats env and file"
-    );
+    assert_eq!(c.default_pattern, DefaultPattern::None, "flag beats env and file");
     assert_eq!(c.rpc_max_pending, 20, "env beats file");
     assert_eq!(c.heartbeat_ms, 300, "file beats default");
     assert_eq!(c.max_body_size, 104_857_600, "default when nothing is set");
     assert_eq!(c.stomp_addr, "127.0.0.1:7200".parse().unwrap());
 
     // Env port replaces the file's port and keeps its host; the flag replaces both.
-    let c = parse_env(
-        &["--config", f.path()],
-        &[("CONNECTORS_STOMP_PORT", "7300")],
-    )
-    .unwrap();
+    let c = parse_env(&["--config", f.path()], &[("CONNECTORS_STOMP_PORT", "7300")]).unwrap();
     assert_eq!(c.stomp_addr, "127.0.0.1:7300".parse().unwrap());
-    let c = parse_env(
-        &["--config", f.path(), "--stomp-addr", "[::]:7400"],
-        &[("CONNECTORS_STOMP_PORT", "7300")],
-    )
-    .unwrap();
+    let c = parse_env(&["--config", f.path(), "--stomp-addr", "[::]:7400"], &[("CONNECTORS_STOMP_PORT", "7300")]).unwrap();
     assert_eq!(c.stomp_addr, "[::]:7400".parse().unwrap());
 
     // An explicit flag wins even when the lower sources hold a bad value.
-    let c = parse_env(
-        &["--sub-buff-size", "5"],
-        &[("CONNECTORS_STOMP_SUB_BUFF_SIZE", "zero")],
-    )
-    .unwrap();
+    let c = parse_env(&["--sub-buff-size", "5"], &[("CONNECTORS_STOMP_SUB_BUFF_SIZE", "zero")]).unwrap();
     assert_eq!(c.sub_buff_size, 5);
 
     // CPU plan: a flag overrides the file's plan of the other kind.
     let g = TempToml::new("cpus = \"3\"\n");
-    assert_eq!(
-        parse(&["--config", g.path(), "--cores", "2"]).unwrap().cpus,
-        vec![0, 1]
-    );
+    assert_eq!(parse(&["--config", g.path(), "--cores", "2"]).unwrap().cpus, vec![0, 1]);
     assert_eq!(parse(&["--config", g.path()]).unwrap().cpus, vec![3]);
 }
 
 #[test]
 fn bad_values_are_rejected_with_the_setting_and_source() {
-    assert_eq!(
-        err(&["--sub-buff-size", "0"], &[]),
-        "invalid --sub-buff-size: must be at least 1"
-    );
-    assert_eq!(
-        err(&[], &[("CONNECTORS_STOMP_SUB_BUFF_SIZE", "0")]),
-        "invalid CONNECTORS_STOMP_SUB_BUFF_SIZE: must be at least 1"
-    );
-    assert_eq!(
-        err(&["--max-body-size", "0"], &[]),
-        "invalid --max-body-size: must be at least 1"
-    );
-    assert_eq!(
-        err(&["--queue-ack-timeout-s", "0"], &[]),
-        "invalid --queue-ack-timeout-s: must be at least 1"
-    );
-    assert_eq!(
-        err(&["--rpc-timeout-s", "0"], &[]),
-        "invalid --rpc-timeout-s: must be at least 1"
-    );
-    assert_eq!(
-        err(&["--rpc-max-pending", "0"], &[]),
-        "invalid --rpc-max-pending: must be at least 1"
-    );
+    assert_eq!(err(&["--sub-buff-size", "0"], &[]), "invalid --sub-buff-size: must be at least 1");
+    assert_eq!(err(&[], &[("CONNECTORS_STOMP_SUB_BUFF_SIZE", "0")]), "invalid CONNECTORS_STOMP_SUB_BUFF_SIZE: must be at least 1");
+    assert_eq!(err(&["--max-body-size", "0"], &[]), "invalid --max-body-size: must be at least 1");
+    assert_eq!(err(&["--queue-ack-timeout-s", "0"], &[]), "invalid --queue-ack-timeout-s: must be at least 1");
+    assert_eq!(err(&["--rpc-timeout-s", "0"], &[]), "invalid --rpc-timeout-s: must be at least 1");
+    assert_eq!(err(&["--rpc-max-pending", "0"], &[]), "invalid --rpc-max-pending: must be at least 1");
     assert!(err(&["--heartbeat-ms", "-1"], &[]).starts_with("invalid --heartbeat-ms: "));
     assert!(err(&["--max-connections", "lots"], &[]).starts_with("invalid --max-connections: "));
-    assert!(err(&["--heartbeat-ms", "99999999999999999999999"], &[])
-        .starts_with("invalid --heartbeat-ms: "));
-    assert!(err(&["--default-pattern", "commands"], &[])
-        .starts_with("invalid --default-pattern: \"commands\""));
-    assert!(
-        err(&["--default-pattern", "Events"], &[]).starts_with("invalid --default-pattern: ")
-    );
-    assert!(err(&[], &[("CONNECTORS_STOMP_DEFAULT_PATTERN", "all")])
-        .starts_with("invalid CONNECTORS_STOMP_DEFAULT_PATTERN: "));
-    for bad in [
-        "61613",
-        "localhost:61613",
-        "0.0.0.0:0",
-        "0.0.0.0:70000",
-        "1.2.3.4",
-    ] {
-        assert!(
-            err(&["--stomp-addr", bad], &[]).starts_with("invalid --stomp-addr: "),
-            "{bad}"
-        );
+    assert!(err(&["--heartbeat-ms", "99999999999999999999999"], &[]).starts_with("invalid --heartbeat-ms: "));
+    assert!(err(&["--default-pattern", "commands"], &[]).starts_with("invalid --default-pattern: \"commands\""));
+    assert!(err(&["--default-pattern", "Events"], &[]).starts_with("invalid --default-pattern: "));
+    assert!(err(&[], &[("CONNECTORS_STOMP_DEFAULT_PATTERN", "all")]).starts_with("invalid CONNECTORS_STOMP_DEFAULT_PATTERN: "));
+    for bad in ["61613", "localhost:61613", "0.0.0.0:0", "0.0.0.0:70000", "1.2.3.4"] {
+        assert!(err(&["--stomp-addr", bad], &[]).starts_with("invalid --stomp-addr: "), "{bad}");
     }
     for bad in ["0", "65536", "-1", "http"] {
-        assert!(
-            err(&[], &[("CONNECTORS_STOMP_PORT", bad)])
-                .starts_with("invalid CONNECTORS_STOMP_PORT: "),
-            "{bad}"
-        );
-        assert!(
-            err(&[], &[("CONNECTORS_STOMP_TLS_PORT", bad)])
-                .starts_with("invalid CONNECTORS_STOMP_TLS_PORT: "),
-            "{bad}"
-        );
+        assert!(err(&[], &[("CONNECTORS_STOMP_PORT", bad)]).starts_with("invalid CONNECTORS_STOMP_PORT: "), "{bad}");
+        assert!(err(&[], &[("CONNECTORS_STOMP_TLS_PORT", bad)]).starts_with("invalid CONNECTORS_STOMP_TLS_PORT: "), "{bad}");
     }
     for e in [
         "CONNECTORS_STOMP_HEARTBEAT_MS",
@@ -348,10 +232,7 @@ fn bad_values_are_rejected_with_the_setting_and_source() {
         "CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS",
         "CONNECTORS_STOMP_RPC_MAX_PENDING",
     ] {
-        assert!(
-            err(&[], &[(e, "x")]).starts_with(&format!("invalid {e}: ")),
-            "{e}"
-        );
+        assert!(err(&[], &[(e, "x")]).starts_with(&format!("invalid {e}: ")), "{e}");
     }
     // Command-line errors from clap are one line too.
     assert!(err(&["--no-such-flag"], &[]).contains("--no-such-flag"));
@@ -362,103 +243,59 @@ fn bad_values_are_rejected_with_the_setting_and_source() {
 #[test]
 fn bad_config_files_are_rejected() {
     let e = err(&["--config", "/nonexistent/stompgate.toml"], &[]);
-    assert!(
-        e.starts_with("cannot read config file /nonexistent/stompgate.toml: "),
-        "{e}"
-    );
+    assert!(e.starts_with("cannot read config file /nonexistent/stompgate.toml: "), "{e}");
 
     let f = TempToml::new("sub_buff_size = \n");
     let e = err(&["--config", f.path()], &[]);
-    assert!(
-        e.starts_with(&format!("invalid config file {}: line 1: ", f.path())),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("invalid config file {}: line 1: ", f.path())), "{e}");
 
     let f = TempToml::new("sub_buff_size = 1\nsubbuffsize = 2\n");
     let e = err(&["--config", f.path()], &[]);
-    assert!(
-        e.starts_with(&format!(
-            "invalid config file {}: unknown key `subbuffsize`",
-            f.path()
-        )),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("invalid config file {}: unknown key `subbuffsize`", f.path())), "{e}");
 
     let f = TempToml::new("config = \"x.toml\"\n");
     assert!(err(&["--config", f.path()], &[]).contains("unknown key `config`"));
 
     let f = TempToml::new("sub_buff_size = 0\n");
-    assert_eq!(
-        err(&["--config", f.path()], &[]),
-        format!("invalid sub_buff_size in {}: must be at least 1", f.path())
-    );
+    assert_eq!(err(&["--config", f.path()], &[]), format!("invalid sub_buff_size in {}: must be at least 1", f.path()));
 
     let f = TempToml::new("heartbeat_ms = \"5000\"\n");
-    assert_eq!(
-        err(&["--config", f.path()], &[]),
-        format!(
-            "invalid heartbeat_ms in {}: expected an integer, found a string",
-            f.path()
-        )
-    );
+    assert_eq!(err(&["--config", f.path()], &[]), format!("invalid heartbeat_ms in {}: expected an integer, found a string", f.path()));
 
     let f = TempToml::new("max_connections = -1\n");
-    assert!(err(&["--config", f.path()], &[])
-        .starts_with(&format!("invalid max_connections in {}: ", f.path())));
+    assert!(err(&["--config", f.path()], &[]).starts_with(&format!("invalid max_connections in {}: ", f.path())));
 
     let f = TempToml::new("default_pattern = 1\n");
-    assert!(err(&["--config", f.path()], &[])
-        .starts_with(&format!("invalid default_pattern in {}: ", f.path())));
+    assert!(err(&["--config", f.path()], &[]).starts_with(&format!("invalid default_pattern in {}: ", f.path())));
 
     let f = TempToml::new("stomp_addr = \"nowhere\"\n");
-    assert!(err(&["--config", f.path()], &[])
-        .starts_with(&format!("invalid stomp_addr in {}: ", f.path())));
+    assert!(err(&["--config", f.path()], &[]).starts_with(&format!("invalid stomp_addr in {}: ", f.path())));
 
     let f = TempToml::new("cores = 2\ncpus = \"0\"\n");
     assert!(err(&["--config", f.path()], &[]).contains("mutually exclusive"));
 
     let f = TempToml::new("cores = 5\n");
-    assert!(err(&["--config", f.path()], &[])
-        .starts_with(&format!("invalid cores in {}: ", f.path())));
+    assert!(err(&["--config", f.path()], &[]).starts_with(&format!("invalid cores in {}: ", f.path())));
 
     let f = TempToml::new("cpus = \"0,9\"\n");
-    assert!(err(&["--config", f.path()], &[]).starts_with(&format!(
-        "invalid cpus in {}: CPU 9 is not online",
-        f.path()
-    )));
+    assert!(err(&["--config", f.path()], &[]).starts_with(&format!("invalid cpus in {}: CPU 9 is not online", f.path())));
 }
 
 /// The CPU-list errors of `cpus::parse_cpu_list`, as `--cpus` reports them.
 #[test]
 fn cpu_list_errors_name_the_flag() {
-    assert_eq!(
-        err(&["--cpus", "0,0"], &[]),
-        "invalid --cpus: CPU 0 is listed twice"
-    );
-    assert_eq!(
-        err(&["--cpus", "3-2"], &[]),
-        "invalid --cpus: reversed range \"3-2\""
-    );
-    assert_eq!(
-        err(&["--cpus", "7"], &[]),
-        "invalid --cpus: CPU 7 is not online (online: 0-3)"
-    );
+    assert_eq!(err(&["--cpus", "0,0"], &[]), "invalid --cpus: CPU 0 is listed twice");
+    assert_eq!(err(&["--cpus", "3-2"], &[]), "invalid --cpus: reversed range \"3-2\"");
+    assert_eq!(err(&["--cpus", "7"], &[]), "invalid --cpus: CPU 7 is not online (online: 0-3)");
 }
 
 #[test]
 fn cores_must_fit_the_online_cpus() {
     assert_eq!(parse(&["--cores", "4"]).unwrap().cpus, ONLINE.to_vec());
     assert_eq!(parse(&["--cores", "1"]).unwrap().cpus, vec![0]);
-    assert_eq!(
-        err(&["--cores", "5"], &[]),
-        "invalid --cores: 5 cores requested but only 4 CPUs are online"
-    );
-    assert_eq!(
-        err(&["--cores", "0"], &[]),
-        "invalid --cores: must be at least 1"
-    );
-    let sparse =
-        Config::parse_with(["stompgate", "--cores", "2"], |_| None, &[1, 3, 5]).unwrap();
+    assert_eq!(err(&["--cores", "5"], &[]), "invalid --cores: 5 cores requested but only 4 CPUs are online");
+    assert_eq!(err(&["--cores", "0"], &[]), "invalid --cores: must be at least 1");
+    let sparse = Config::parse_with(["stompgate", "--cores", "2"], |_| None, &[1, 3, 5]).unwrap();
     assert_eq!(sparse.cpus, vec![1, 3]);
 }
 
@@ -469,7 +306,10 @@ fn grpc_listener_tls_needs_both_files_and_token_comes_from_env_or_flag() {
     assert_eq!(c.grpc_tls, Some(ServerTls { cert_file: file.into(), key_file: file.into() }));
     assert_eq!(parse(&["--grpc-tls-cert", file]).unwrap_err(), "invalid --grpc-tls-cert: needs --grpc-tls-key too");
     assert_eq!(parse(&["--grpc-tls-key", file]).unwrap_err(), "invalid --grpc-tls-key: needs --grpc-tls-cert too");
-    assert_eq!(parse(&["--grpc-tls-cert", "/nonexistent.pem", "--grpc-tls-key", file]).unwrap_err(), "invalid --grpc-tls-cert: /nonexistent.pem is not a readable file");
+    assert_eq!(
+        parse(&["--grpc-tls-cert", "/nonexistent.pem", "--grpc-tls-key", file]).unwrap_err(),
+        "invalid --grpc-tls-cert: /nonexistent.pem is not a readable file"
+    );
     assert_eq!(parse_env(&[], &[("STOMPGATE_GRPC_TOKEN", "t1")]).unwrap().grpc_token.as_deref(), Some("t1"));
     assert_eq!(parse_env(&["--grpc-token", "t2"], &[("STOMPGATE_GRPC_TOKEN", "t1")]).unwrap().grpc_token.as_deref(), Some("t2"));
     assert_eq!(parse(&[]).unwrap().grpc_token, None);

@@ -14,19 +14,9 @@ where
     T: TryFrom<u64>,
 {
     let n: u64 = match raw {
-        Raw::Text(s) => s
-            .trim()
-            .parse::<u64>()
-            .map_err(|_| invalid(source, format!("{s:?} is not a non-negative whole number")))?,
-        Raw::Toml(toml::Value::Integer(i)) => {
-            u64::try_from(*i).map_err(|_| invalid(source, format!("{i} is negative")))?
-        }
-        Raw::Toml(other) => {
-            return Err(invalid(
-                source,
-                format!("expected an integer, found a {}", other.type_str()),
-            ))
-        }
+        Raw::Text(s) => s.trim().parse::<u64>().map_err(|_| invalid(source, format!("{s:?} is not a non-negative whole number")))?,
+        Raw::Toml(toml::Value::Integer(i)) => u64::try_from(*i).map_err(|_| invalid(source, format!("{i} is negative")))?,
+        Raw::Toml(other) => return Err(invalid(source, format!("expected an integer, found a {}", other.type_str()))),
     };
     if n < min {
         return Err(invalid(source, format!("must be at least {min}")));
@@ -38,10 +28,7 @@ pub(super) fn text<'r>(raw: &'r Raw<'_>, source: Source<'_>) -> Result<&'r str, 
     match raw {
         Raw::Text(s) => Ok(s),
         Raw::Toml(toml::Value::String(s)) => Ok(s),
-        Raw::Toml(other) => Err(invalid(
-            source,
-            format!("expected a string, found a {}", other.type_str()),
-        )),
+        Raw::Toml(other) => Err(invalid(source, format!("expected a string, found a {}", other.type_str()))),
     }
 }
 
@@ -53,12 +40,7 @@ pub(super) fn parse_port(s: &str, source: Source<'_>) -> Result<u16, String> {
 }
 
 pub(super) fn parse_addr(s: &str, source: Source<'_>) -> Result<SocketAddr, String> {
-    let addr: SocketAddr = s.trim().parse().map_err(|_| {
-        invalid(
-            source,
-            format!("{s:?} is not IP:PORT (e.g. 0.0.0.0:61613 or [::]:61613)"),
-        )
-    })?;
+    let addr: SocketAddr = s.trim().parse().map_err(|_| invalid(source, format!("{s:?} is not IP:PORT (e.g. 0.0.0.0:61613 or [::]:61613)")))?;
     if addr.port() == 0 {
         return Err(invalid(source, "port must be 1-65535"));
     }

@@ -171,7 +171,14 @@ pub fn rpc_reply(conn: &Conn, core: &Core, n: u32, pattern: Pattern, correlation
     };
     let mut wq = conn.wq.borrow_mut();
     let dropped = with_destination(Pattern::Reply, sub.channel.as_bytes(), |destination| {
-        let head = MessageHead { destination, message_id: &message_id, subscription: &sub.id, ack: None, redelivered: false, correlation_id: correlation_id.as_deref() };
+        let head = MessageHead {
+            destination,
+            message_id: &message_id,
+            subscription: &sub.id,
+            ack: None,
+            redelivered: false,
+            correlation_id: correlation_id.as_deref(),
+        };
         write_message(
             &mut wq.buf,
             version,

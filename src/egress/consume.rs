@@ -11,11 +11,11 @@
 use super::backoff::Backoff;
 use super::publish::Outbound;
 use super::Worker;
+use crate::mesh::msg::{CoreMsg, Settle, SubRef};
+use crate::model::{Channel, Message};
+use crate::telemetry::Counted;
 use crate::wire::convert::{bytes_of, channel_of, tags_from_map};
 use crate::wire::pb;
-use crate::model::{Channel, Message};
-use crate::mesh::msg::{CoreMsg, Settle, SubRef};
-use crate::telemetry::Counted;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -218,7 +218,14 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
 
 /// Settlement requests for `tags`, one per transaction. Tags this consumer no longer holds
 /// (settled, timed out, or from a broken stream) are ignored.
-fn settlements(held: &mut HashMap<u64, Held>, tags: &[u64], action: &Settle, channel: &Channel, client_id: &str, request_id: &mut impl FnMut() -> String) -> Vec<pb::QueuesDownstreamRequest> {
+fn settlements(
+    held: &mut HashMap<u64, Held>,
+    tags: &[u64],
+    action: &Settle,
+    channel: &Channel,
+    client_id: &str,
+    request_id: &mut impl FnMut() -> String,
+) -> Vec<pb::QueuesDownstreamRequest> {
     let mut by_txn: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for tag in tags {
         if let Some(h) = held.remove(tag) {
@@ -253,10 +260,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// once could reset the call while those requests are still on their way.
 async fn close_after_sent(tx: mpsc::Sender<pb::QueuesDownstreamRequest>, responses: &mut tonic::Streaming<pb::QueuesDownstreamResponse>) {
     drop(tx);
-    let _ = tokio::time::timeout(CLOSE_WAIT, async {
-        while let Ok(Some(_)) = responses.message().await {}
-    })
-    .await;
+    let _ = tokio::time::timeout(CLOSE_WAIT, async { while let Ok(Some(_)) = responses.message().await {} }).await;
 }
 
 /// Sleeps `delay` while discarding settlements (nothing is held while disconnected). False

@@ -29,9 +29,9 @@ pub mod rpc;
 pub mod subscribe;
 
 use crate::config::{Config, RemoteArray};
-use crate::wire::pb::kubemq_client::KubemqClient;
 use crate::mesh::handle::ArrayHandle;
 use crate::mesh::msg::{CoreId, CoreMsg, Ticket};
+use crate::wire::pb::kubemq_client::KubemqClient;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,11 +8,11 @@
 //! while the array is unreachable are dropped and counted, not buffered without bound.
 use super::backoff::Backoff;
 use super::{Worker, GIVE_UP};
+use crate::mesh::msg::Ticket;
+use crate::model::{Message, Pattern};
+use crate::telemetry::{Counted, Stream as StreamKind};
 use crate::wire::convert::{string_of, tags_to_map};
 use crate::wire::pb;
-use crate::model::{Message, Pattern};
-use crate::mesh::msg::Ticket;
-use crate::telemetry::{Counted, Stream as StreamKind};
 use futures_lite::Stream;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -75,7 +75,12 @@ impl Publisher {
     }
 
     /// Hands `item` to its stream task, starting the task on first use.
-    fn feed(&self, slot: &RefCell<Option<mpsc::UnboundedSender<Item>>>, item: Item, start: impl FnOnce(Rc<Worker>, mpsc::UnboundedReceiver<Item>) -> tokio::task::JoinHandle<()>) {
+    fn feed(
+        &self,
+        slot: &RefCell<Option<mpsc::UnboundedSender<Item>>>,
+        item: Item,
+        start: impl FnOnce(Rc<Worker>, mpsc::UnboundedReceiver<Item>) -> tokio::task::JoinHandle<()>,
+    ) {
         let mut slot = slot.borrow_mut();
         if slot.is_none() {
             let Some(worker) = self.worker.upgrade() else { return };
@@ -119,7 +124,16 @@ fn event_of(w: &Worker, item: &Item) -> pb::Event {
 /// everything needing confirmation joins `pending`, or fails at once if the array `refused`
 /// our credentials. False when the core stopped.
 #[allow(clippy::too_many_arguments)]
-async fn wait_reconnect(w: &Worker, what: &str, refused: bool, backoff: &mut Backoff, input: &mut mpsc::UnboundedReceiver<Item>, pending: &mut HashMap<String, Item>, key: fn(&Item) -> String, dropped: &mut u64) -> bool {
+async fn wait_reconnect(
+    w: &Worker,
+    what: &str,
+    refused: bool,
+    backoff: &mut Backoff,
+    input: &mut mpsc::UnboundedReceiver<Item>,
+    pending: &mut HashMap<String, Item>,
+    key: fn(&Item) -> String,
+    dropped: &mut u64,
+) -> bool {
     give_up(w, pending, what, refused);
     let delay = tokio::time::sleep(backoff.next_delay());
     tokio::pin!(delay);

@@ -1,10 +1,10 @@
 //! Commands and Queries through the array: `SendRequest` with the effective timeout; the
 //! outcome goes back to the requester's `/reply/` subscription as on the embedded array.
 use super::Worker;
+use crate::mesh::msg::{CoreMsg, RpcOutcome, RpcRequest};
+use crate::model::Pattern;
 use crate::wire::convert::{string_of, tags_to_map};
 use crate::wire::pb;
-use crate::model::Pattern;
-use crate::mesh::msg::{CoreMsg, RpcOutcome, RpcRequest};
 use std::rc::Rc;
 use std::time::Duration;
 use tonic::Code;

@@ -9,16 +9,16 @@
 //! the core are paced by confirmations (see [`PACE_WINDOW`]).
 use super::backoff::Backoff;
 use super::Worker;
+use crate::mesh::confirm::Confirmation;
+use crate::mesh::msg::{CoreMsg, StartAt, SubRef, Ticket};
+use crate::model::{now_unix_ns, Channel, Message, Pattern};
+use crate::telemetry::Counted;
 use crate::wire::convert::{bytes_of, channel_of, tags_from_map};
 use crate::wire::pb;
-use crate::model::{now_unix_ns, Channel, Message, Pattern};
-use crate::mesh::msg::{CoreMsg, StartAt, SubRef, Ticket};
-use crate::mesh::confirm::Confirmation;
-use crate::telemetry::Counted;
-use std::collections::VecDeque;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 

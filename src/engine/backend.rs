@@ -17,6 +17,9 @@ use std::cell::RefCell;
 use std::ops::Range;
 use std::time::Instant;
 
+// One per core, built once and never moved: the shard stays inline (no extra pointer to follow
+// on every array operation).
+#[allow(clippy::large_enum_variant)]
 pub enum Backend {
     Embedded(RefCell<Shard>),
     Remote(crate::egress::Link),
@@ -120,7 +123,9 @@ impl Backend {
             CoreMsg::RpcResponse { request_id, outcome, .. } => {
                 shard.borrow_mut().rpc.respond(&request_id, *outcome, out);
             }
-            CoreMsg::RegisterResponder { pattern, channel, responder_id, group, responder } => shard.borrow_mut().rpc.register(pattern, channel, responder_id, group, responder),
+            CoreMsg::RegisterResponder { pattern, channel, responder_id, group, responder } => {
+                shard.borrow_mut().rpc.register(pattern, channel, responder_id, group, responder)
+            }
             CoreMsg::UnregisterResponder { pattern, channel, responder_id } => shard.borrow_mut().rpc.unregister(pattern, &channel, responder_id),
             CoreMsg::Barrier(t) => announce(Some(t), out),
             other => return Some(other),
@@ -152,7 +157,9 @@ pub fn message_for(op: ArrayOp, at: SubRef, done: Option<Ticket>) -> Option<Core
     Some(match op {
         ArrayOp::Publish { pattern, msg } => CoreMsg::Publish { pattern, msg, done },
         ArrayOp::QueueSend { msg } => CoreMsg::QueueSend { msg, meta: None, done },
-        ArrayOp::Subscribe { sub: n, pattern, channel, wildcard, group, start, prefetch } => CoreMsg::Subscribe { pattern, channel, wildcard, sub: sub(n), group, start, prefetch, done },
+        ArrayOp::Subscribe { sub: n, pattern, channel, wildcard, group, start, prefetch } => {
+            CoreMsg::Subscribe { pattern, channel, wildcard, sub: sub(n), group, start, prefetch, done }
+        }
         ArrayOp::Unsubscribe { sub: n, pattern, channel, wildcard } => CoreMsg::Unsubscribe { pattern, channel, wildcard, sub: sub(n), done },
         ArrayOp::Settle { sub: n, channel, tags, action } => CoreMsg::QueueSettle { channel, sub: sub(n), tags, action, done },
         ArrayOp::Request { pattern, msg, timeout_ms, reply_sub, correlation_id } => CoreMsg::RpcRequest(Box::new(crate::mesh::msg::RpcRequest {

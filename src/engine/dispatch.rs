@@ -96,5 +96,4 @@ impl Core {
         }
         self.draining.set(false);
     }
-
 }

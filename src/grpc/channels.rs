@@ -8,9 +8,9 @@
 //! declared names with what each core's shard holds (`CoreMsg::ListChannels`).
 use super::bridge::Bridge;
 use super::pb;
+use crate::mesh::msg::{ChannelStats, CoreMsg};
 use crate::model::{now_unix_ns, Pattern};
 use crate::route::Filter;
-use crate::mesh::msg::{ChannelStats, CoreMsg};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -41,15 +41,7 @@ fn pattern_of(channel_type: &str) -> Option<Pattern> {
 }
 
 fn answer(r: &pb::Request, executed: bool, error: String, body: Vec<u8>) -> pb::Response {
-    pb::Response {
-        client_id: r.client_id.clone(),
-        request_id: r.request_id.clone(),
-        body,
-        timestamp: now_unix_ns(),
-        executed,
-        error,
-        ..Default::default()
-    }
+    pb::Response { client_id: r.client_id.clone(), request_id: r.request_id.clone(), body, timestamp: now_unix_ns(), executed, error, ..Default::default() }
 }
 
 pub async fn handle(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status> {

@@ -7,21 +7,21 @@
 //! policy of every subscriber ([`crate::delivery`]): parked, holding their publisher's
 //! confirmation, for up to 2 s, then dropped and counted (events are at-most-once).
 use super::bridge::{Bridge, OnDrop};
-use crate::mesh::confirm::Confirmation;
-use crate::wire::convert::{self, Incoming};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
-use crate::model::{now_unix_ns, Message, Pattern};
+use crate::delivery::{park_limit, Next, Parking};
+use crate::mesh::confirm::Confirmation;
 use crate::mesh::handle::ArrayHandle;
 use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, StartAt, SubRef, Ticket};
-use crate::delivery::{park_limit, Next, Parking};
+use crate::model::{now_unix_ns, Message, Pattern};
+use crate::wire::convert::{self, Incoming};
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
@@ -172,7 +172,15 @@ struct EventSink {
 
 impl EventSink {
     fn new(tx: mpsc::Sender<Arc<Message>>, buffer: usize, array: ArrayHandle, host: CoreId) -> EventSink {
-        EventSink { tx, parked: Mutex::new(Parking::default()), has_parked: AtomicBool::new(false), limit: park_limit(buffer), array, host, dropped: AtomicU64::new(0) }
+        EventSink {
+            tx,
+            parked: Mutex::new(Parking::default()),
+            has_parked: AtomicBool::new(false),
+            limit: park_limit(buffer),
+            array,
+            host,
+            dropped: AtomicU64::new(0),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Parking<Parked>> {
@@ -344,9 +352,7 @@ pub async fn subscribe(b: Arc<Bridge>, s: pb::Subscribe) -> Result<BoxStream<pb:
     }
     for core in targets {
         let (channel, group) = (channel.clone(), group.clone());
-        let subscribed = b
-            .confirm(core, |t| CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch: 0, done: Some(t) })
-            .await;
+        let subscribed = b.confirm(core, |t| CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch: 0, done: Some(t) }).await;
         if !subscribed {
             return Err(Status::unavailable("the array is shutting down"));
         }
@@ -368,7 +374,14 @@ mod tests {
     use super::*;
 
     fn sub(kind: i32, value: i64) -> pb::Subscribe {
-        pb::Subscribe { subscribe_type_data: 2, client_id: "c".into(), channel: "x".into(), events_store_type_data: kind, events_store_type_value: value, ..Default::default() }
+        pb::Subscribe {
+            subscribe_type_data: 2,
+            client_id: "c".into(),
+            channel: "x".into(),
+            events_store_type_data: kind,
+            events_store_type_value: value,
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -119,11 +119,7 @@ pub fn start_secured(addr: SocketAddr, threads: usize, array: ArrayHandle, limit
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let local_addr = listener.local_addr()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads.max(1))
-        .thread_name("stompgate-grpc-worker")
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).thread_name("stompgate-grpc-worker").enable_all().build()?;
     let listener = {
         // Registering with the reactor needs the runtime's context.
         let _guard = runtime.enter();

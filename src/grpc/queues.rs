@@ -8,12 +8,12 @@
 //! `SubRef` and settles them by tag. When the stream ends, everything it still holds goes back
 //! to the head of its queue.
 use super::bridge::{Bridge, HOLDER_CORE};
-use crate::mesh::confirm::Confirmation;
-use crate::wire::convert::{self, Incoming};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
-use crate::model::{now_unix_ns, Channel, Message, Pattern};
+use crate::mesh::confirm::Confirmation;
 use crate::mesh::msg::{CoreMsg, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
+use crate::model::{now_unix_ns, Channel, Message, Pattern};
+use crate::wire::convert::{self, Incoming};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,7 +154,9 @@ pub fn upstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesUpstreamRequest
     tokio::spawn(async move {
         while let Some((request_id, sent)) = confirmed.recv().await {
             let response = match sent {
-                Ok(pending) => pb::QueuesUpstreamResponse { ref_request_id: request_id, results: finish_all(pending).await, is_error: false, error: String::new() },
+                Ok(pending) => {
+                    pb::QueuesUpstreamResponse { ref_request_id: request_id, results: finish_all(pending).await, is_error: false, error: String::new() }
+                }
                 Err(e) => pb::QueuesUpstreamResponse { ref_request_id: request_id, is_error: true, error: e.into(), ..Default::default() },
             };
             if tx.send(response).await.is_err() {
@@ -428,7 +430,9 @@ impl Downstream {
         drop(transactions);
         for channel in &self.channels {
             let owner = self.b.owner_of(Pattern::Queues, channel);
-            self.b.array.send(owner, CoreMsg::Unsubscribe { pattern: Pattern::Queues, channel: channel.clone(), wildcard: false, sub: self.holder, done: None });
+            self.b
+                .array
+                .send(owner, CoreMsg::Unsubscribe { pattern: Pattern::Queues, channel: channel.clone(), wildcard: false, sub: self.holder, done: None });
         }
     }
 }

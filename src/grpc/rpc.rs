@@ -8,11 +8,11 @@
 //! to the core holding the pending request. A gRPC requester waits on a one-shot sink attached
 //! to that owner.
 use super::bridge::{Bridge, OnDrop};
-use crate::wire::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
 use super::stream::UnboundedStream;
 use super::{pb, validate, BoxStream};
-use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, ResponderFn, RpcOutcome, RpcRequest, SubRef};
+use crate::model::{now_unix_ns, Channel, Message, Pattern};
+use crate::wire::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

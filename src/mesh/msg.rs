@@ -51,7 +51,15 @@ pub struct Ticket {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RpcOutcome {
     /// The responder answered. `error` non-empty = a logical failure (`stomp-error: failed`).
-    Response { executed: bool, error: Bytes, metadata: Bytes, body: Bytes, tags: crate::model::Tags, responder: Bytes, timestamp_ns: i64 },
+    Response {
+        executed: bool,
+        error: Bytes,
+        metadata: Bytes,
+        body: Bytes,
+        tags: crate::model::Tags,
+        responder: Bytes,
+        timestamp_ns: i64,
+    },
     Timeout,
     NoResponder,
     Unavailable,
@@ -187,10 +195,18 @@ pub enum CoreMsg {
     /// Publish to Events or Events-Store. Never dropped on the way to the owner (a full ring
     /// spills into the overflow queue and pauses this core's readers), so a publisher feels
     /// back-pressure instead of losing messages; `done` is confirmed per `Deliver` below.
-    Publish { pattern: Pattern, msg: Arc<Message>, done: Option<Ticket> },
+    Publish {
+        pattern: Pattern,
+        msg: Arc<Message>,
+        done: Option<Ticket>,
+    },
     /// Append to a queue; `done` is answered once appended. `meta`: the sender's policy
     /// (expiration, delay, receive limit, dead-letter queue); STOMP SENDs carry none.
-    QueueSend { msg: Arc<Message>, meta: Option<Box<QueueMeta>>, done: Option<Ticket> },
+    QueueSend {
+        msg: Arc<Message>,
+        meta: Option<Box<QueueMeta>>,
+        done: Option<Ticket>,
+    },
     /// Register a subscription. Wildcard Events filters go to every core.
     Subscribe {
         pattern: Pattern,
@@ -204,29 +220,67 @@ pub enum CoreMsg {
         done: Option<Ticket>,
     },
     /// Remove a subscription; for queues its unacknowledged messages are requeued first.
-    Unsubscribe { pattern: Pattern, channel: Channel, wildcard: bool, sub: SubRef, done: Option<Ticket> },
+    Unsubscribe {
+        pattern: Pattern,
+        channel: Channel,
+        wildcard: bool,
+        sub: SubRef,
+        done: Option<Ticket>,
+    },
     /// Settle queue deliveries by tag (ACK, NACK, release, or move to another queue).
-    QueueSettle { channel: Channel, sub: SubRef, tags: Vec<u64>, action: Settle, done: Option<Ticket> },
+    QueueSettle {
+        channel: Channel,
+        sub: SubRef,
+        tags: Vec<u64>,
+        action: Settle,
+        done: Option<Ticket>,
+    },
     /// A pull-mode receive (gRPC `QueuesDownstream` Get, `ReceiveQueueMessages`,
     /// `AckAllQueueMessages`): answered once, through the request's callback.
     QueuePull(Box<PullRequest>),
     /// A Commands/Queries request for the owner to hand to a responder.
     RpcRequest(Box<RpcRequest>),
     /// A responder's answer, routed to the owner that holds the pending request.
-    RpcResponse { pattern: Pattern, channel: Channel, request_id: Bytes, outcome: Box<RpcOutcome> },
+    RpcResponse {
+        pattern: Pattern,
+        channel: Channel,
+        request_id: Bytes,
+        outcome: Box<RpcOutcome>,
+    },
     /// Attach a responder to (pattern, channel).
-    RegisterResponder { pattern: Pattern, channel: Channel, responder_id: u64, group: Option<Bytes>, responder: ResponderFn },
-    UnregisterResponder { pattern: Pattern, channel: Channel, responder_id: u64 },
+    RegisterResponder {
+        pattern: Pattern,
+        channel: Channel,
+        responder_id: u64,
+        group: Option<Bytes>,
+        responder: ResponderFn,
+    },
+    UnregisterResponder {
+        pattern: Pattern,
+        channel: Channel,
+        responder_id: u64,
+    },
 
     /// Attach a delivery target that is not a STOMP connection (a gRPC subscriber or a gRPC
     /// requester waiting for its answer) under a connection id on this core. `SubRef`s with
     /// that connection id then deliver to it exactly as to a connection.
-    AttachSink { conn: ConnId, sink: Arc<dyn ExternalSink> },
-    DetachSink { conn: ConnId },
+    AttachSink {
+        conn: ConnId,
+        sink: Arc<dyn ExternalSink>,
+    },
+    DetachSink {
+        conn: ConnId,
+    },
     /// Channel management's delete, to the channel's owner.
-    DeleteChannel { pattern: Pattern, channel: Channel },
+    DeleteChannel {
+        pattern: Pattern,
+        channel: Channel,
+    },
     /// Which channels of `pattern` this core owns, with counters (channel management).
-    ListChannels { pattern: Pattern, reply: Box<dyn FnOnce(Vec<ChannelStats>) + Send> },
+    ListChannels {
+        pattern: Pattern,
+        reply: Box<dyn FnOnce(Vec<ChannelStats>) + Send>,
+    },
 
     /// Answered with `Done` once everything sent before it on this path has been handled:
     /// orders a DISCONNECT receipt after the connection's earlier work (spec: "receipt on
@@ -239,24 +293,49 @@ pub enum CoreMsg {
     /// its write queue (or has lost it to the slow-subscriber rule): that is what a RECEIPT
     /// for an events SEND waits for, so a publisher that asks for receipts is paced by its
     /// subscribers instead of overrunning them.
-    Deliver { pattern: Pattern, msg: Arc<Message>, subs: Vec<SubRef>, done: Option<Ticket> },
+    Deliver {
+        pattern: Pattern,
+        msg: Arc<Message>,
+        subs: Vec<SubRef>,
+        done: Option<Ticket>,
+    },
     /// One queue delivery, tagged by the owner for ACK/NACK.
-    QueueDeliver { sub: SubRef, owner: CoreId, tag: u64, msg: Arc<Message>, redelivered: bool },
+    QueueDeliver {
+        sub: SubRef,
+        owner: CoreId,
+        tag: u64,
+        msg: Arc<Message>,
+        redelivered: bool,
+    },
     /// The answer to a request, for the requester's `/reply/` subscription.
-    RpcReply { reply_to: SubRef, pattern: Pattern, correlation_id: Option<Bytes>, outcome: Box<RpcOutcome> },
+    RpcReply {
+        reply_to: SubRef,
+        pattern: Pattern,
+        correlation_id: Option<Bytes>,
+        outcome: Box<RpcOutcome>,
+    },
     /// A core finished the work behind a ticket (its *announcement*, see
     /// `engine::completion`); `more` parts will follow from other cores (an events publish:
     /// one `Delivered` per core it delivers on). Never dropped.
-    Done { ticket: Ticket, more: u32 },
+    Done {
+        ticket: Ticket,
+        more: u32,
+    },
     /// One announced part of a ticket: a core that delivered an events publish has every
     /// subscription's frame in its write queue (or lost to the slow-subscriber rule). Sent to
     /// the ticket's core; may arrive before the announcement. Never dropped.
-    Delivered { ticket: Ticket },
+    Delivered {
+        ticket: Ticket,
+    },
     /// The operation behind a ticket failed for good (remote array mode: never confirmed).
-    Failed { ticket: Ticket },
+    Failed {
+        ticket: Ticket,
+    },
     /// An external sink took or dropped a delivery it had parked while holding `ticket` (see
     /// `ExternalSink::deliver`); sent to the core that delivered it.
-    SinkSettled { ticket: Ticket },
+    SinkSettled {
+        ticket: Ticket,
+    },
 }
 
 impl CoreMsg {

@@ -92,8 +92,7 @@ pub fn parse_destination(raw: &[u8], default: DefaultPattern, intent: Intent) ->
     // 2. Exactly one leading slash is optional; a second one becomes an empty first segment.
     let path = raw.strip_prefix(b"/").unwrap_or(raw);
     // 3. Empty segments. Equivalent to splitting and checking each segment, without the split.
-    if path.is_empty() || path[0] == b'/' || path[path.len() - 1] == b'/' || memchr::memmem::find(path, b"//").is_some()
-    {
+    if path.is_empty() || path[0] == b'/' || path[path.len() - 1] == b'/' || memchr::memmem::find(path, b"//").is_some() {
         return Err(DestinationError::Invalid);
     }
     // 4. First segment → pattern. `rest` is the part that becomes the channel; from step 3 it
@@ -187,8 +186,7 @@ mod tests {
     use DestinationError::*;
 
     fn parse(raw: &str, default: DefaultPattern, intent: Intent) -> Result<(Pattern, String, bool), DestinationError> {
-        parse_destination(raw.as_bytes(), default, intent)
-            .map(|d| (d.pattern, String::from_utf8(d.channel.0.to_vec()).unwrap(), d.wildcard))
+        parse_destination(raw.as_bytes(), default, intent).map(|d| (d.pattern, String::from_utf8(d.channel.0.to_vec()).unwrap(), d.wildcard))
     }
     fn send(raw: &str) -> Result<(Pattern, String, bool), DestinationError> {
         parse(raw, DefaultPattern::Events, Intent::Send)
@@ -388,9 +386,7 @@ mod tests {
         assert_eq!(sub("/topic/**"), Err(Invalid));
         assert_eq!(sub("/topic/>>"), Err(Invalid));
         // SEND with a wildcard character: invalid for every pattern, even as part of a token.
-        for raw in
-            ["/topic/a/*", "/topic/a/>", "/topic/a*b", "/queue/*", "/topic-store/>", "/command/*", "/query/*", "x/*"]
-        {
+        for raw in ["/topic/a/*", "/topic/a/>", "/topic/a*b", "/queue/*", "/topic-store/>", "/command/*", "/query/*", "x/*"] {
             assert_eq!(send(raw), Err(Invalid), "{raw}");
         }
         // SUBSCRIBE to non-Events with a wildcard character.
@@ -462,9 +458,6 @@ mod tests {
         let d = parse_destination(b"/topic/orders/*", DefaultPattern::Events, Intent::Subscribe).unwrap();
         let f = d.filter().unwrap();
         assert!(f.matches(b"orders.eu"));
-        assert!(parse_destination(b"/topic/orders", DefaultPattern::Events, Intent::Subscribe)
-            .unwrap()
-            .filter()
-            .is_none());
+        assert!(parse_destination(b"/topic/orders", DefaultPattern::Events, Intent::Subscribe).unwrap().filter().is_none());
     }
 }

@@ -24,17 +24,7 @@ const STANDARD: [(&[u8], &[u8]); 5] = [
 
 /// Frame machinery: never a tag on ingress, never a tag-derived header on egress (it would
 /// collide with the MESSAGE frame's own headers).
-const MACHINERY: [&[u8]; 9] = [
-    b"destination",
-    b"receipt",
-    b"transaction",
-    b"content-length",
-    b"message-id",
-    b"subscription",
-    b"ack",
-    b"id",
-    b"timeout",
-];
+const MACHINERY: [&[u8]; 9] = [b"destination", b"receipt", b"transaction", b"content-length", b"message-id", b"subscription", b"ack", b"id", b"timeout"];
 
 const RESERVED_TAG_PREFIX: &[u8] = b"stomp.";
 /// Gateway-owned header namespace (`x-kubemq-metadata`, `-sequence`, `-timestamp`, `-group`, …).
@@ -76,11 +66,7 @@ pub fn headers_to_tags(headers: &Headers) -> Result<Tags, TagError> {
     let mut custom = 0usize;
     for (name, value) in headers.iter() {
         let name_ref: &[u8] = name;
-        if name_ref.is_empty()
-            || is_machinery(name_ref)
-            || name_ref.starts_with(RESERVED_TAG_PREFIX)
-            || name_ref.starts_with(GATEWAY_HEADER_PREFIX)
-        {
+        if name_ref.is_empty() || is_machinery(name_ref) || name_ref.starts_with(RESERVED_TAG_PREFIX) || name_ref.starts_with(GATEWAY_HEADER_PREFIX) {
             continue;
         }
         let (key, is_custom) = match standard_tag_for(name_ref) {
@@ -174,9 +160,7 @@ mod tests {
         Tags(pairs.iter().map(|(n, v)| (b(n), b(v))).collect())
     }
     fn pairs(t: &Tags) -> Vec<(String, String)> {
-        t.iter()
-            .map(|(n, v)| (String::from_utf8(n.to_vec()).unwrap(), String::from_utf8(v.to_vec()).unwrap()))
-            .collect()
+        t.iter().map(|(n, v)| (String::from_utf8(n.to_vec()).unwrap(), String::from_utf8(v.to_vec()).unwrap())).collect()
     }
     fn expect(rows: &[(&str, &str)]) -> Vec<(String, String)> {
         rows.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
@@ -195,13 +179,7 @@ mod tests {
     // Seed 000 "The five standard headers ↔ reserved stomp.* tags", ingress direction.
     #[test]
     fn standard_five_ingress() {
-        let got = ingress(&[
-            ("content-type", "application/json"),
-            ("correlation-id", "c1"),
-            ("reply-to", "/reply/r1"),
-            ("priority", "7"),
-            ("type", "order"),
-        ]);
+        let got = ingress(&[("content-type", "application/json"), ("correlation-id", "c1"), ("reply-to", "/reply/r1"), ("priority", "7"), ("type", "order")]);
         assert_eq!(
             got,
             expect(&[
@@ -230,13 +208,7 @@ mod tests {
         // Emitted in the fixed standard order, whatever the tag order.
         assert_eq!(
             got,
-            expect(&[
-                ("content-type", "application/json"),
-                ("correlation-id", "c1"),
-                ("reply-to", "/reply/r1"),
-                ("priority", "7"),
-                ("type", "order"),
-            ])
+            expect(&[("content-type", "application/json"), ("correlation-id", "c1"), ("reply-to", "/reply/r1"), ("priority", "7"), ("type", "order"),])
         );
     }
 
@@ -399,10 +371,7 @@ mod tests {
     // Seed 000 "Collision rule — stomp.* wins", exactly one header.
     #[test]
     fn stomp_tag_wins_collision_exactly_one_header() {
-        for t in [
-            &[("content-type", "bare"), ("stomp.content-type", "reserved")][..],
-            &[("stomp.content-type", "reserved"), ("content-type", "bare")][..],
-        ] {
+        for t in [&[("content-type", "bare"), ("stomp.content-type", "reserved")][..], &[("stomp.content-type", "reserved"), ("content-type", "bare")][..]] {
             assert_eq!(egress(t, ""), expect(&[("content-type", "reserved")]));
         }
         // Bare alone: emitted once, in the standard slot.
@@ -442,10 +411,7 @@ mod tests {
 
     #[test]
     fn egress_keeps_tag_order_and_first_wins() {
-        assert_eq!(
-            egress(&[("b", "1"), ("a", "2"), ("b", "3"), ("c", "4")], ""),
-            expect(&[("b", "1"), ("a", "2"), ("c", "4")])
-        );
+        assert_eq!(egress(&[("b", "1"), ("a", "2"), ("b", "3"), ("c", "4")], ""), expect(&[("b", "1"), ("a", "2"), ("c", "4")]));
     }
 
     // Through the real FrameWriter (depends on the codec's `header`; STOMP 1.2 never drops).

@@ -184,7 +184,9 @@ fn reserve_addr(addr: SocketAddr) -> Result<(SocketAddr, Option<std::net::TcpLis
     let sock = unsafe { std::net::TcpListener::from_raw_fd(fd) };
     let one: libc::c_int = 1;
     // SAFETY: setsockopt with a c_int option value of the right size.
-    let rc = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, &one as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32) };
+    let rc = unsafe {
+        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, &one as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32)
+    };
     if rc != 0 {
         return Err(bind_err(std::io::Error::last_os_error()));
     }

@@ -50,16 +50,27 @@ pub trait Host {
 pub enum Action {
     /// Write CONNECTED; decode with `version` and run heart-beats at `heart_beat` (ms:
     /// send every, expect every) from now on.
-    Connected { version: Version, heart_beat: (u64, u64), advertised: (u64, u64), session: Bytes },
+    Connected {
+        version: Version,
+        heart_beat: (u64, u64),
+        advertised: (u64, u64),
+        session: Bytes,
+    },
     /// Submit work to the array; `done` is completed (or failed) back through
     /// [`Session::completed`] / [`Session::failed`].
-    Array { op: ArrayOp, done: Option<u64> },
+    Array {
+        op: ArrayOp,
+        done: Option<u64>,
+    },
     /// A parked delivery died with its subscription: its publisher's ticket is owed a
     /// confirmation.
     SettleParked(Ticket),
     Receipt(Bytes),
     /// Write ERROR, then close.
-    Error { error: WireError, receipt: Option<Bytes> },
+    Error {
+        error: WireError,
+        receipt: Option<Bytes>,
+    },
     /// Write what is queued, then close (DISCONNECT).
     Close,
 }
@@ -135,9 +146,12 @@ impl Session {
         &self.client_id
     }
 
-    /// Whether new deliveries are still written (not once an ERROR or the close is queued).
+    /// Whether deliveries are still taken: until an ERROR is queued, and after DISCONNECT until
+    /// the connection stops reading (what it takes then is given back on release, like
+    /// everything it holds; refusing it would bounce a queue message between the owner and
+    /// this subscription until then).
     pub fn is_open(&self) -> bool {
-        self.state == State::Connected
+        matches!(self.state, State::Connected | State::Disconnecting)
     }
 
     /// Whether receipts or an ERROR are still owed: the connection must not close before.
@@ -353,7 +367,10 @@ impl Session {
                 };
                 self.rpc_pending += 1;
                 let correlation_id = frame.headers.get(b"correlation-id").cloned();
-                out.push(Action::Array { op: ArrayOp::Request { pattern: dest.pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id }, done: None });
+                out.push(Action::Array {
+                    op: ArrayOp::Request { pattern: dest.pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id },
+                    done: None,
+                });
                 self.receipt_now(&frame, out);
             }
             Pattern::Reply => unreachable!("the router refuses SEND to /reply/"),
@@ -463,7 +480,12 @@ impl Session {
         // Anything that is not a queue delivery id (events, events-store: ACKs are no-ops), or
         // a delivery this connection no longer holds (requeued by a timeout), is acknowledged
         // as is.
-        let settle = message_id::parse_queue(&id).and_then(|(owner, tag)| self.subs.take_unacked(owner, tag)).map(|(sub, s, tags)| PendingSettle { sub, channel: s.channel.clone(), action, tags });
+        let settle = message_id::parse_queue(&id).and_then(|(owner, tag)| self.subs.take_unacked(owner, tag)).map(|(sub, s, tags)| PendingSettle {
+            sub,
+            channel: s.channel.clone(),
+            action,
+            tags,
+        });
         match settle {
             Some(next) => {
                 self.merge_settle(next, out);

@@ -75,7 +75,13 @@ const VERSIONS: [&str; 3] = ["1.0", "1.1", "1.2"];
 
 #[test]
 fn connect_negotiates_the_highest_common_version() {
-    for (accept, want) in [(None, Version::V1_0), (Some("1.0"), Version::V1_0), (Some("1.1"), Version::V1_1), (Some("1.0,1.1,1.2"), Version::V1_2), (Some("1.2,1.1"), Version::V1_2)] {
+    for (accept, want) in [
+        (None, Version::V1_0),
+        (Some("1.0"), Version::V1_0),
+        (Some("1.1"), Version::V1_1),
+        (Some("1.0,1.1,1.2"), Version::V1_2),
+        (Some("1.2,1.1"), Version::V1_2),
+    ] {
         let mut s = session_with(|_| {});
         let headers: Vec<(&str, &str)> = accept.map(|a| vec![("accept-version", a)]).unwrap_or_default();
         let (go, out) = feed(&mut s, frame(Command::Stomp, &headers, ""));
@@ -146,7 +152,17 @@ fn login_becomes_the_client_id() {
 
 #[test]
 fn every_frame_before_connect_is_refused_with_its_receipt() {
-    for command in [Command::Send, Command::Subscribe, Command::Unsubscribe, Command::Ack, Command::Nack, Command::Begin, Command::Commit, Command::Abort, Command::Disconnect] {
+    for command in [
+        Command::Send,
+        Command::Subscribe,
+        Command::Unsubscribe,
+        Command::Ack,
+        Command::Nack,
+        Command::Begin,
+        Command::Commit,
+        Command::Abort,
+        Command::Disconnect,
+    ] {
         let mut s = session_with(|_| {});
         let (go, out) = feed(&mut s, frame(command, &[("destination", "/topic/a"), ("receipt", "r1")], ""));
         assert!(!go, "{command:?}");
@@ -238,27 +254,45 @@ fn frame_errors_echo_the_receipt_and_stop_reading() {
         ("subscribe rpc", vec![frame(Command::Subscribe, &[("destination", "/command/c"), ("id", "1")], "")], WireError::CannotSubscribeRpc),
         ("no reply-to", vec![frame(Command::Send, &[("destination", "/query/q")], "")], WireError::MissingReplyTo),
         ("reply-to not subscribed", vec![frame(Command::Send, &[("destination", "/query/q"), ("reply-to", "/reply/me")], "")], WireError::ReplyToNotSubscribed),
-        ("reply-to not a reply destination", vec![frame(Command::Send, &[("destination", "/query/q"), ("reply-to", "/topic/me")], "")], WireError::ReplyToNotSubscribed),
+        (
+            "reply-to not a reply destination",
+            vec![frame(Command::Send, &[("destination", "/query/q"), ("reply-to", "/topic/me")], "")],
+            WireError::ReplyToNotSubscribed,
+        ),
         (
             "duplicate id",
-            vec![frame(Command::Subscribe, &[("destination", "/topic/a"), ("id", "1")], ""), frame(Command::Subscribe, &[("destination", "/topic/b"), ("id", "1")], "")],
+            vec![
+                frame(Command::Subscribe, &[("destination", "/topic/a"), ("id", "1")], ""),
+                frame(Command::Subscribe, &[("destination", "/topic/b"), ("id", "1")], ""),
+            ],
             WireError::DuplicateSubscription,
         ),
         ("unknown subscription", vec![frame(Command::Unsubscribe, &[("id", "nope")], "")], WireError::UnknownSubscription),
         ("unknown transaction", vec![frame(Command::Send, &[("destination", "/topic/a"), ("transaction", "t9")], "")], WireError::UnknownTransaction),
         ("commit unknown", vec![frame(Command::Commit, &[("transaction", "t9")], "")], WireError::UnknownTransaction),
         ("abort unknown", vec![frame(Command::Abort, &[("transaction", "t9")], "")], WireError::UnknownTransaction),
-        ("begin twice", vec![frame(Command::Begin, &[("transaction", "t")], ""), frame(Command::Begin, &[("transaction", "t")], "")], WireError::MalformedFrame),
+        (
+            "begin twice",
+            vec![frame(Command::Begin, &[("transaction", "t")], ""), frame(Command::Begin, &[("transaction", "t")], "")],
+            WireError::MalformedFrame,
+        ),
         ("begin without id", vec![frame(Command::Begin, &[], "")], WireError::MalformedFrame),
         ("send without destination", vec![frame(Command::Send, &[], "")], WireError::MalformedFrame),
         ("bad ack mode", vec![frame(Command::Subscribe, &[("destination", "/topic/a"), ("id", "1"), ("ack", "sometimes")], "")], WireError::MalformedFrame),
-        ("bad start", vec![frame(Command::Subscribe, &[("destination", "/topic-store/a"), ("id", "1"), ("x-kubemq-start", "yesterday")], "")], WireError::MalformedFrame),
+        (
+            "bad start",
+            vec![frame(Command::Subscribe, &[("destination", "/topic-store/a"), ("id", "1"), ("x-kubemq-start", "yesterday")], "")],
+            WireError::MalformedFrame,
+        ),
         ("ack without id", vec![frame(Command::Ack, &[("message-id", "m")], "")], WireError::MalformedFrame),
         ("second connect", vec![frame(Command::Connect, &[("accept-version", "1.2")], "")], WireError::MalformedFrame),
         ("server frame", vec![frame(Command::Message, &[], "")], WireError::MalformedFrame),
         (
             "bad timeout",
-            vec![frame(Command::Subscribe, &[("destination", "/reply/me"), ("id", "r")], ""), frame(Command::Send, &[("destination", "/query/q"), ("reply-to", "/reply/me"), ("timeout", "soon")], "")],
+            vec![
+                frame(Command::Subscribe, &[("destination", "/reply/me"), ("id", "r")], ""),
+                frame(Command::Send, &[("destination", "/query/q"), ("reply-to", "/reply/me"), ("timeout", "soon")], ""),
+            ],
             WireError::MalformedFrame,
         ),
     ];
@@ -303,7 +337,9 @@ fn rpc_requests_need_a_reply_subscription_and_respect_the_pending_limit() {
     let (_, out) = feed(&mut s, frame(Command::Subscribe, &[("destination", "/reply/me"), ("id", "r"), ("receipt", "sub")], ""));
     assert!(ops(&out).is_empty(), "a /reply/ subscription is connection-local");
     assert_eq!(receipts(&out), vec![&b"sub"[..]]);
-    let request = |timeout: &'static str| frame(Command::Send, &[("destination", "/command/c"), ("reply-to", "/reply/me"), ("timeout", timeout), ("correlation-id", "c1")], "do");
+    let request = |timeout: &'static str| {
+        frame(Command::Send, &[("destination", "/command/c"), ("reply-to", "/reply/me"), ("timeout", timeout), ("correlation-id", "c1")], "do")
+    };
     let (_, out) = feed(&mut s, request("999999"));
     match ops(&out).as_slice() {
         [(ArrayOp::Request { pattern: Pattern::Commands, timeout_ms: 10_000, correlation_id: Some(c), .. }, None)] => assert_eq!(&c[..], b"c1"),
@@ -354,7 +390,10 @@ fn an_error_is_written_after_the_receipts_owed_before_it() {
     assert!(s.owes_frames());
     let mut out = Vec::new();
     s.completed(token, &mut out);
-    assert!(matches!(out.as_slice(), [Action::Receipt(r), Action::Error { error: WireError::UnknownSubscription, receipt: Some(b) }] if &r[..] == b"1" && &b[..] == b"bad"), "{out:?}");
+    assert!(
+        matches!(out.as_slice(), [Action::Receipt(r), Action::Error { error: WireError::UnknownSubscription, receipt: Some(b) }] if &r[..] == b"1" && &b[..] == b"bad"),
+        "{out:?}"
+    );
     // Shutdown does not wait for anything.
     let mut s = connected("1.2");
     feed(&mut s, frame(Command::Send, &[("destination", "/queue/a"), ("receipt", "1")], ""));
@@ -519,7 +558,8 @@ fn release_flushes_acks_then_ends_every_subscription() {
     s.release(&mut out);
     let ops = ops(&out);
     assert!(matches!(ops[0], (ArrayOp::Settle { .. }, None)), "{out:?}");
-    let unsubscribed: Vec<Pattern> = ops[1..].iter().map(|(op, _)| if let ArrayOp::Unsubscribe { pattern, .. } = op { *pattern } else { panic!("{op:?}") }).collect();
+    let unsubscribed: Vec<Pattern> =
+        ops[1..].iter().map(|(op, _)| if let ArrayOp::Unsubscribe { pattern, .. } = op { *pattern } else { panic!("{op:?}") }).collect();
     assert_eq!(unsubscribed.len(), 2, "the local /reply/ subscription needs no array: {unsubscribed:?}");
     assert!(s.subs.is_empty());
 }
@@ -534,7 +574,16 @@ fn parked_deliveries_owe_their_tickets_when_the_subscription_ends() {
         other => panic!("{other:?}"),
     };
     let ticket = Ticket { core: 1, conn: ConnId(9), token: 4 };
-    let msg = Arc::new(Message { id: Bytes::new(), channel: Channel::from_static("a"), client_id: Bytes::new(), metadata: Bytes::new(), body: Bytes::new(), tags: Default::default(), timestamp_ns: 0, sequence: 0 });
+    let msg = Arc::new(Message {
+        id: Bytes::new(),
+        channel: Channel::from_static("a"),
+        client_id: Bytes::new(),
+        metadata: Bytes::new(),
+        body: Bytes::new(),
+        tags: Default::default(),
+        timestamp_ns: 0,
+        sequence: 0,
+    });
     s.subs.park(sub, ParkedEvent { pattern: Pattern::Events, msg, ticket: Some(ticket) }, std::time::Instant::now(), 8).unwrap();
     assert_eq!(s.subs.parked(), 1);
     let (_, out) = feed(&mut s, frame(Command::Unsubscribe, &[("id", "e")], ""));

@@ -40,11 +40,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_header_bytes: 64 * 1024,
-            max_headers: 128,
-            max_body: 100 * 1024 * 1024,
-        }
+        Limits { max_header_bytes: 64 * 1024, max_headers: 128, max_body: 100 * 1024 * 1024 }
     }
 }
 
@@ -248,36 +244,15 @@ impl Decoder {
                             buf.advance(2);
                             return Ok(Some(Decoded::HeartBeat));
                         }
-                        Some(_) => {
-                            self.state = State::Head {
-                                command: None,
-                                line_start: 0,
-                                scan_from: 0,
-                            }
-                        }
+                        Some(_) => self.state = State::Head { command: None, line_start: 0, scan_from: 0 },
                     },
-                    Some(_) => {
-                        self.state = State::Head {
-                            command: None,
-                            line_start: 0,
-                            scan_from: 0,
-                        }
-                    }
+                    Some(_) => self.state = State::Head { command: None, line_start: 0, scan_from: 0 },
                 },
-                State::Head {
-                    command,
-                    line_start,
-                    scan_from,
-                } => match self.head(buf, command, line_start, scan_from)? {
+                State::Head { command, line_start, scan_from } => match self.head(buf, command, line_start, scan_from)? {
                     true => continue,
                     false => return Ok(None),
                 },
-                State::Body {
-                    command,
-                    body_start,
-                    content_length,
-                    scan_from,
-                } => {
+                State::Body { command, body_start, content_length, scan_from } => {
                     return self.body(buf, command, body_start, content_length, scan_from);
                 }
             }
@@ -286,22 +261,12 @@ impl Decoder {
 
     /// Processes every complete line of the header block. Returns `true` when the blank line
     /// was found (state is now `Body`), `false` when more bytes are needed.
-    fn head(
-        &mut self,
-        buf: &BytesMut,
-        mut command: Option<Command>,
-        mut line_start: usize,
-        mut scan_from: usize,
-    ) -> Result<bool, DecodeError> {
+    fn head(&mut self, buf: &BytesMut, mut command: Option<Command>, mut line_start: usize, mut scan_from: usize) -> Result<bool, DecodeError> {
         let max = self.limits.max_header_bytes;
         loop {
             let Some(i) = memchr(b'\n', &buf[scan_from..]) else {
                 self.note_examined(buf.len() - scan_from);
-                self.state = State::Head {
-                    command,
-                    line_start,
-                    scan_from: buf.len(),
-                };
+                self.state = State::Head { command, line_start, scan_from: buf.len() };
                 // The header block will end at an LF not yet received, so it is at least
                 // `buf.len() + 1` bytes long: fail now rather than buffer forever.
                 if buf.len() >= max {
@@ -326,12 +291,7 @@ impl Decoder {
                 None => command = Some(Command::parse(line).ok_or(DecodeError::Malformed)?),
                 Some(cmd) if line.is_empty() => {
                     let content_length = self.content_length;
-                    self.state = State::Body {
-                        command: cmd,
-                        body_start: next,
-                        content_length,
-                        scan_from: next,
-                    };
+                    self.state = State::Body { command: cmd, body_start: next, content_length, scan_from: next };
                     return Ok(true);
                 }
                 Some(cmd) => {
@@ -345,12 +305,7 @@ impl Decoder {
     }
 
     /// Parses one non-empty header line starting at `offset` in the frame.
-    fn header_line(
-        &mut self,
-        line: &[u8],
-        offset: usize,
-        escapes: Escapes,
-    ) -> Result<(), DecodeError> {
+    fn header_line(&mut self, line: &[u8], offset: usize, escapes: Escapes) -> Result<(), DecodeError> {
         if self.headers.len() >= self.limits.max_headers {
             return Err(DecodeError::FrameTooLarge);
         }
@@ -385,9 +340,7 @@ impl Decoder {
         let nul = match content_length {
             Some(len) => {
                 // `len <= max_body` was checked when the header was parsed.
-                let nul = body_start
-                    .checked_add(len)
-                    .ok_or(DecodeError::FrameTooLarge)?;
+                let nul = body_start.checked_add(len).ok_or(DecodeError::FrameTooLarge)?;
                 if buf.len() <= nul {
                     return Ok(None);
                 }
@@ -408,12 +361,7 @@ impl Decoder {
                 }
                 None => {
                     self.note_examined(buf.len() - scan_from);
-                    self.state = State::Body {
-                        command,
-                        body_start,
-                        content_length,
-                        scan_from: buf.len(),
-                    };
+                    self.state = State::Body { command, body_start, content_length, scan_from: buf.len() };
                     if buf.len() - body_start > max {
                         return Err(DecodeError::FrameTooLarge);
                     }
@@ -422,18 +370,10 @@ impl Decoder {
             },
         };
         let frame = buf.split_to(nul + 1).freeze();
-        let headers = self
-            .headers
-            .drain(..)
-            .map(|(n, v)| (n.into_bytes(&frame), v.into_bytes(&frame)))
-            .collect();
+        let headers = self.headers.drain(..).map(|(n, v)| (n.into_bytes(&frame), v.into_bytes(&frame))).collect();
         let body = frame.slice(body_start..nul);
         self.reset();
-        Ok(Some(Decoded::Frame(Frame {
-            command,
-            headers: Headers(headers),
-            body,
-        })))
+        Ok(Some(Decoded::Frame(Frame { command, headers: Headers(headers), body })))
     }
 }
 
@@ -447,13 +387,7 @@ fn part_bytes<'a>(p: &'a Part, line: &'a [u8], offset: usize) -> &'a [u8] {
 
 /// One side of a header: `line[start..end]`, unescaped (copied) only if it holds a backslash
 /// and the frame uses escapes.
-fn part(
-    line: &[u8],
-    offset: usize,
-    start: usize,
-    end: usize,
-    escapes: Escapes,
-) -> Result<Part, DecodeError> {
+fn part(line: &[u8], offset: usize, start: usize, end: usize, escapes: Escapes) -> Result<Part, DecodeError> {
     let raw = &line[start..end];
     if escapes == Escapes::None || memchr(b'\\', raw).is_none() {
         return Ok(Part::Raw(offset + start, offset + end));
@@ -491,10 +425,7 @@ fn parse_length(value: &[u8], max_body: usize) -> Result<usize, DecodeError> {
     }
     let mut n: usize = 0;
     for &d in value {
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(usize::from(d - b'0')))
-            .ok_or(DecodeError::FrameTooLarge)?;
+        n = n.checked_mul(10).and_then(|n| n.checked_add(usize::from(d - b'0'))).ok_or(DecodeError::FrameTooLarge)?;
     }
     if n > max_body {
         return Err(DecodeError::FrameTooLarge);
@@ -521,12 +452,7 @@ mod tests {
     /// Feeds `input` to a fresh decoder in pieces of `piece` bytes, draining after each piece
     /// until it needs more bytes or fails (then it stops feeding). Returns the results and how
     /// many bytes the decoder consumed.
-    fn decode_in_pieces(
-        version: Option<Version>,
-        limits: Limits,
-        input: &[u8],
-        piece: usize,
-    ) -> (Vec<Item>, usize) {
+    fn decode_in_pieces(version: Option<Version>, limits: Limits, input: &[u8], piece: usize) -> (Vec<Item>, usize) {
         let mut d = Decoder::new(limits);
         if let Some(v) = version {
             d.set_version(v);
@@ -560,22 +486,12 @@ mod tests {
 
     /// Asserts that every way of cutting `input` yields `expected` and leaves the suffix `rest`
     /// unconsumed (after an error, the decoder must not have consumed the failing frame).
-    fn check_rest(
-        version: Option<Version>,
-        limits: Limits,
-        input: &[u8],
-        expected: &[Item],
-        rest: &[u8],
-    ) {
+    fn check_rest(version: Option<Version>, limits: Limits, input: &[u8], expected: &[Item], rest: &[u8]) {
         assert!(input.ends_with(rest));
         for_each_fragment_size(input.len(), |size| {
             let (got, consumed) = decode_in_pieces(version, limits, input, size);
             assert_eq!(got, expected, "piece size {size}");
-            assert_eq!(
-                consumed,
-                input.len() - rest.len(),
-                "consumed, piece size {size}"
-            );
+            assert_eq!(consumed, input.len() - rest.len(), "consumed, piece size {size}");
         });
     }
 
@@ -586,12 +502,7 @@ mod tests {
     fn frame(command: Command, headers: &[(&[u8], &[u8])], body: &[u8]) -> Item {
         Ok(Decoded::Frame(Frame {
             command,
-            headers: Headers(
-                headers
-                    .iter()
-                    .map(|(n, v)| (Bytes::copy_from_slice(n), Bytes::copy_from_slice(v)))
-                    .collect(),
-            ),
+            headers: Headers(headers.iter().map(|(n, v)| (Bytes::copy_from_slice(n), Bytes::copy_from_slice(v))).collect()),
             body: Bytes::copy_from_slice(body),
         }))
     }
@@ -599,12 +510,7 @@ mod tests {
     const HB: Item = Ok(Decoded::HeartBeat);
     const MALFORMED: Item = Err(DecodeError::Malformed);
     const TOO_LARGE: Item = Err(DecodeError::FrameTooLarge);
-    const ALL: [Option<Version>; 4] = [
-        None,
-        Some(Version::V1_0),
-        Some(Version::V1_1),
-        Some(Version::V1_2),
-    ];
+    const ALL: [Option<Version>; 4] = [None, Some(Version::V1_0), Some(Version::V1_1), Some(Version::V1_2)];
 
     #[test]
     fn simple_frame_every_version() {
@@ -612,14 +518,7 @@ mod tests {
             check(
                 v,
                 b"SEND\ndestination:/queue/a\ncontent-type:text/plain\n\nhello queue a\n\0",
-                &[frame(
-                    Command::Send,
-                    &[
-                        (b"destination", b"/queue/a"),
-                        (b"content-type", b"text/plain"),
-                    ],
-                    b"hello queue a\n",
-                )],
+                &[frame(Command::Send, &[(b"destination", b"/queue/a"), (b"content-type", b"text/plain")], b"hello queue a\n")],
             );
         }
     }
@@ -627,16 +526,8 @@ mod tests {
     #[test]
     fn frame_without_headers_and_empty_body() {
         for v in ALL {
-            check(
-                v,
-                b"DISCONNECT\n\n\0",
-                &[frame(Command::Disconnect, &[], b"")],
-            );
-            check(
-                v,
-                b"SEND\ncontent-length:0\n\n\0",
-                &[frame(Command::Send, &[(b"content-length", b"0")], b"")],
-            );
+            check(v, b"DISCONNECT\n\n\0", &[frame(Command::Disconnect, &[], b"")]);
+            check(v, b"SEND\ncontent-length:0\n\n\0", &[frame(Command::Send, &[(b"content-length", b"0")], b"")]);
         }
     }
 
@@ -646,11 +537,7 @@ mod tests {
             check(
                 v,
                 b"SEND\r\ndestination:/queue/a\r\nx:y\r\n\r\nbody\r\n\0",
-                &[frame(
-                    Command::Send,
-                    &[(b"destination", b"/queue/a"), (b"x", b"y")],
-                    b"body\r\n",
-                )],
+                &[frame(Command::Send, &[(b"destination", b"/queue/a"), (b"x", b"y")], b"body\r\n")],
             );
         }
     }
@@ -659,47 +546,18 @@ mod tests {
     fn crlf_in_1_0_and_1_1_keeps_cr_in_the_line() {
         for v in [Some(Version::V1_0), Some(Version::V1_1)] {
             // The CR is part of the command line, so the command is unknown.
-            check_rest(
-                v,
-                Limits::default(),
-                b"SEND\r\n\n\0",
-                &[MALFORMED],
-                b"SEND\r\n\n\0",
-            );
+            check_rest(v, Limits::default(), b"SEND\r\n\n\0", &[MALFORMED], b"SEND\r\n\n\0");
             // A CR at the end of a header line is part of the value.
-            check(
-                v,
-                b"SEND\nx:y\r\n\n\0",
-                &[frame(Command::Send, &[(b"x", b"y\r")], b"")],
-            );
+            check(v, b"SEND\nx:y\r\n\n\0", &[frame(Command::Send, &[(b"x", b"y\r")], b"")]);
             // "\r" alone is not a blank line but a header line without ':'.
-            check_rest(
-                v,
-                Limits::default(),
-                b"SEND\nx:y\n\r\n\0",
-                &[MALFORMED],
-                b"SEND\nx:y\n\r\n\0",
-            );
+            check_rest(v, Limits::default(), b"SEND\nx:y\n\r\n\0", &[MALFORMED], b"SEND\nx:y\n\r\n\0");
         }
     }
 
     #[test]
     fn heart_beats_between_frames_one_per_eol() {
         for v in ALL {
-            check(
-                v,
-                b"\n\r\n\nSEND\n\nA\0\n\r\nSEND\n\nB\0\n",
-                &[
-                    HB,
-                    HB,
-                    HB,
-                    frame(Command::Send, &[], b"A"),
-                    HB,
-                    HB,
-                    frame(Command::Send, &[], b"B"),
-                    HB,
-                ],
-            );
+            check(v, b"\n\r\n\nSEND\n\nA\0\n\r\nSEND\n\nB\0\n", &[HB, HB, HB, frame(Command::Send, &[], b"A"), HB, HB, frame(Command::Send, &[], b"B"), HB]);
         }
     }
 
@@ -707,27 +565,13 @@ mod tests {
     fn lone_cr_waits_then_starts_a_frame() {
         // A CR not followed by LF starts the command line, which is then unknown.
         check_rest(None, Limits::default(), b"\r", &[], b"\r");
-        check_rest(
-            None,
-            Limits::default(),
-            b"\rSEND\n\n\0",
-            &[MALFORMED],
-            b"\rSEND\n\n\0",
-        );
+        check_rest(None, Limits::default(), b"\rSEND\n\n\0", &[MALFORMED], b"\rSEND\n\n\0");
     }
 
     #[test]
     fn content_length_body_with_embedded_nuls() {
         for v in ALL {
-            check(
-                v,
-                b"SEND\ncontent-length:5\n\na\0b\0c\0",
-                &[frame(
-                    Command::Send,
-                    &[(b"content-length", b"5")],
-                    b"a\0b\0c",
-                )],
-            );
+            check(v, b"SEND\ncontent-length:5\n\na\0b\0c\0", &[frame(Command::Send, &[(b"content-length", b"5")], b"a\0b\0c")]);
         }
     }
 
@@ -736,39 +580,19 @@ mod tests {
         check(
             Some(Version::V1_2),
             b"SEND\ncontent-length:2\ncontent-length:zz\n\n\0\0\0",
-            &[frame(
-                Command::Send,
-                &[(b"content-length", b"2"), (b"content-length", b"zz")],
-                b"\0\0",
-            )],
+            &[frame(Command::Send, &[(b"content-length", b"2"), (b"content-length", b"zz")], b"\0\0")],
         );
-        check(
-            Some(Version::V1_0),
-            b"SEND\ncontent-length: 3 \n\nabc\0",
-            &[frame(Command::Send, &[(b"content-length", b" 3 ")], b"abc")],
-        );
+        check(Some(Version::V1_0), b"SEND\ncontent-length: 3 \n\nabc\0", &[frame(Command::Send, &[(b"content-length", b" 3 ")], b"abc")]);
     }
 
     #[test]
     fn lying_content_length_is_malformed() {
         // Stated 3, but byte 3 of the body is 'd', not NUL.
         let input = b"SEND\ncontent-length:3\n\nabcd\0";
-        check_rest(
-            Some(Version::V1_2),
-            Limits::default(),
-            input,
-            &[MALFORMED],
-            input,
-        );
+        check_rest(Some(Version::V1_2), Limits::default(), input, &[MALFORMED], input);
         // Stated 1 but the body is empty: the NUL is read as body and the next byte is not NUL.
         let input = b"SEND\ncontent-length:1\n\n\0SEND\n\n\0";
-        check_rest(
-            Some(Version::V1_2),
-            Limits::default(),
-            input,
-            &[MALFORMED],
-            input,
-        );
+        check_rest(Some(Version::V1_2), Limits::default(), input, &[MALFORMED], input);
     }
 
     #[test]
@@ -777,13 +601,7 @@ mod tests {
             let mut input = b"SEND\ncontent-length:".to_vec();
             input.extend_from_slice(bad);
             input.extend_from_slice(b"\n\n\0");
-            check_rest(
-                Some(Version::V1_2),
-                Limits::default(),
-                &input,
-                &[MALFORMED],
-                &input,
-            );
+            check_rest(Some(Version::V1_2), Limits::default(), &input, &[MALFORMED], &input);
         }
     }
 
@@ -796,51 +614,28 @@ mod tests {
 
     #[test]
     fn escapes_1_1() {
-        check(
-            Some(Version::V1_1),
-            b"SEND\na\\cb:x\\ny\\\\z\\c\n\n\0",
-            &[frame(Command::Send, &[(b"a:b", b"x\ny\\z:")], b"")],
-        );
+        check(Some(Version::V1_1), b"SEND\na\\cb:x\\ny\\\\z\\c\n\n\0", &[frame(Command::Send, &[(b"a:b", b"x\ny\\z:")], b"")]);
         // \r is not defined in 1.1.
         let input = b"SEND\nk:a\\rb\n\n\0";
-        check_rest(
-            Some(Version::V1_1),
-            Limits::default(),
-            input,
-            &[MALFORMED],
-            input,
-        );
+        check_rest(Some(Version::V1_1), Limits::default(), input, &[MALFORMED], input);
     }
 
     #[test]
     fn escapes_1_2() {
-        check(
-            Some(Version::V1_2),
-            b"MESSAGE\na\\cb:x\\ny\\\\z\\c\\r\n\n\0",
-            &[frame(Command::Message, &[(b"a:b", b"x\ny\\z:\r")], b"")],
-        );
+        check(Some(Version::V1_2), b"MESSAGE\na\\cb:x\\ny\\\\z\\c\\r\n\n\0", &[frame(Command::Message, &[(b"a:b", b"x\ny\\z:\r")], b"")]);
     }
 
     #[test]
     fn no_unescaping_before_connect_or_in_1_0() {
         for v in [None, Some(Version::V1_0)] {
-            check(
-                v,
-                b"SEND\nk:a\\cb\\t\\\n\n\0",
-                &[frame(Command::Send, &[(b"k", b"a\\cb\\t\\")], b"")],
-            );
+            check(v, b"SEND\nk:a\\cb\\t\\\n\n\0", &[frame(Command::Send, &[(b"k", b"a\\cb\\t\\")], b"")]);
         }
     }
 
     #[test]
     fn undefined_escape_is_malformed() {
         for v in [Some(Version::V1_1), Some(Version::V1_2)] {
-            for bad in [
-                &b"SEND\nk:\\t\n\n\0"[..],
-                b"SEND\nk:abc\\\n\n\0",
-                b"SEND\n\\x:v\n\n\0",
-                b"SEND\nk:\\C\n\n\0",
-            ] {
+            for bad in [&b"SEND\nk:\\t\n\n\0"[..], b"SEND\nk:abc\\\n\n\0", b"SEND\n\\x:v\n\n\0", b"SEND\nk:\\C\n\n\0"] {
                 check_rest(v, Limits::default(), bad, &[MALFORMED], bad);
             }
         }
@@ -853,15 +648,7 @@ mod tests {
                 let mut input = cmd.to_vec();
                 input.extend_from_slice(b"\nlogin:a\\cb\npasscode:p:w\\t\n\n\0");
                 let command = Command::parse(cmd).unwrap();
-                check(
-                    v,
-                    &input,
-                    &[frame(
-                        command,
-                        &[(b"login", b"a\\cb"), (b"passcode", b"p:w\\t")],
-                        b"",
-                    )],
-                );
+                check(v, &input, &[frame(command, &[(b"login", b"a\\cb"), (b"passcode", b"p:w\\t")], b"")]);
             }
         }
     }
@@ -869,15 +656,7 @@ mod tests {
     #[test]
     fn value_splits_at_first_colon() {
         for v in ALL {
-            check(
-                v,
-                b"SEND\nurl:http://h:1/x\nempty:\n\n\0",
-                &[frame(
-                    Command::Send,
-                    &[(b"url", b"http://h:1/x"), (b"empty", b"")],
-                    b"",
-                )],
-            );
+            check(v, b"SEND\nurl:http://h:1/x\nempty:\n\n\0", &[frame(Command::Send, &[(b"url", b"http://h:1/x"), (b"empty", b"")], b"")]);
         }
     }
 
@@ -895,16 +674,7 @@ mod tests {
         check(
             Some(Version::V1_2),
             b"MESSAGE\nfoo:World\nfoo:Hello\nbar:1\nfoo:x\n\n\0",
-            &[frame(
-                Command::Message,
-                &[
-                    (b"foo", b"World"),
-                    (b"foo", b"Hello"),
-                    (b"bar", b"1"),
-                    (b"foo", b"x"),
-                ],
-                b"",
-            )],
+            &[frame(Command::Message, &[(b"foo", b"World"), (b"foo", b"Hello"), (b"bar", b"1"), (b"foo", b"x")], b"")],
         );
     }
 
@@ -915,11 +685,7 @@ mod tests {
             b"SEND\ndestination:/a\n\none\0SUBSCRIBE\nid:1\ndestination:/b\n\n\0ACK\nid:7\n\n\0",
             &[
                 frame(Command::Send, &[(b"destination", b"/a")], b"one"),
-                frame(
-                    Command::Subscribe,
-                    &[(b"id", b"1"), (b"destination", b"/b")],
-                    b"",
-                ),
+                frame(Command::Subscribe, &[(b"id", b"1"), (b"destination", b"/b")], b""),
                 frame(Command::Ack, &[(b"id", b"7")], b""),
             ],
         );
@@ -927,12 +693,8 @@ mod tests {
 
     #[test]
     fn server_commands_decode_too() {
-        for (name, cmd) in [
-            (&b"CONNECTED"[..], Command::Connected),
-            (b"MESSAGE", Command::Message),
-            (b"RECEIPT", Command::Receipt),
-            (b"ERROR", Command::Error),
-        ] {
+        for (name, cmd) in [(&b"CONNECTED"[..], Command::Connected), (b"MESSAGE", Command::Message), (b"RECEIPT", Command::Receipt), (b"ERROR", Command::Error)]
+        {
             let mut input = name.to_vec();
             input.extend_from_slice(b"\n\n\0");
             check(Some(Version::V1_2), &input, &[frame(cmd, &[], b"")]);
@@ -942,23 +704,12 @@ mod tests {
     #[test]
     fn unknown_command_is_malformed() {
         for v in ALL {
-            for bad in [
-                &b"send\n\n\0"[..],
-                b"GET / HTTP/1.1\n\n\0",
-                b"SENDX\n\n\0",
-                b"SEND \n\n\0",
-            ] {
+            for bad in [&b"send\n\n\0"[..], b"GET / HTTP/1.1\n\n\0", b"SENDX\n\n\0", b"SEND \n\n\0"] {
                 check_rest(v, Limits::default(), bad, &[MALFORMED], bad);
             }
         }
         // The command is rejected as soon as its line is complete, before the frame ends.
-        check_rest(
-            None,
-            Limits::default(),
-            b"BOGUS\nk:v\n",
-            &[MALFORMED],
-            b"BOGUS\nk:v\n",
-        );
+        check_rest(None, Limits::default(), b"BOGUS\nk:v\n", &[MALFORMED], b"BOGUS\nk:v\n");
     }
 
     #[test]
@@ -967,26 +718,16 @@ mod tests {
         // `set_version`.
         let mut d = Decoder::new(Limits::default());
         let mut buf = BytesMut::from(&b"CONNECT\naccept-version:1.2\n\n\0SEND\nk:a\\cb\n\n\0"[..]);
-        assert_eq!(
-            d.decode(&mut buf),
-            frame(Command::Connect, &[(b"accept-version", b"1.2")], b"").map(Some)
-        );
+        assert_eq!(d.decode(&mut buf), frame(Command::Connect, &[(b"accept-version", b"1.2")], b"").map(Some));
         assert_eq!(&buf[..], b"SEND\nk:a\\cb\n\n\0");
         d.set_version(Version::V1_2);
-        assert_eq!(
-            d.decode(&mut buf),
-            frame(Command::Send, &[(b"k", b"a:b")], b"").map(Some)
-        );
+        assert_eq!(d.decode(&mut buf), frame(Command::Send, &[(b"k", b"a:b")], b"").map(Some));
         assert!(buf.is_empty());
         assert_eq!(d.decode(&mut buf), Ok(None));
     }
 
     fn limits(max_header_bytes: usize, max_headers: usize, max_body: usize) -> Limits {
-        Limits {
-            max_header_bytes,
-            max_headers,
-            max_body,
-        }
+        Limits { max_header_bytes, max_headers, max_body }
     }
 
     #[test]
@@ -995,13 +736,7 @@ mod tests {
         let input = b"SEND\nk:vvvv\n\nbody\0";
         let ok = [frame(Command::Send, &[(b"k", b"vvvv")], b"body")];
         check_rest(Some(Version::V1_2), limits(13, 128, 1024), input, &ok, b"");
-        check_rest(
-            Some(Version::V1_2),
-            limits(12, 128, 1024),
-            input,
-            &[TOO_LARGE],
-            input,
-        );
+        check_rest(Some(Version::V1_2), limits(12, 128, 1024), input, &[TOO_LARGE], input);
     }
 
     #[test]
@@ -1010,13 +745,7 @@ mod tests {
         // buffered forever. No LF at all (one endless command line) is caught the same way.
         let mut endless = b"SEND\n".to_vec();
         endless.extend(std::iter::repeat_n(b'x', 100));
-        check_rest(
-            Some(Version::V1_2),
-            limits(64, 128, 1024),
-            &endless,
-            &[TOO_LARGE],
-            &endless,
-        );
+        check_rest(Some(Version::V1_2), limits(64, 128, 1024), &endless, &[TOO_LARGE], &endless);
         let no_lf = vec![b'A'; 100];
         check_rest(None, limits(64, 128, 1024), &no_lf, &[TOO_LARGE], &no_lf);
     }
@@ -1024,19 +753,9 @@ mod tests {
     #[test]
     fn header_count_limit() {
         let input = b"SEND\na:1\nb:2\nc:3\n\n\0";
-        let ok = [frame(
-            Command::Send,
-            &[(b"a", b"1"), (b"b", b"2"), (b"c", b"3")],
-            b"",
-        )];
+        let ok = [frame(Command::Send, &[(b"a", b"1"), (b"b", b"2"), (b"c", b"3")], b"")];
         check_rest(Some(Version::V1_2), limits(1024, 3, 1024), input, &ok, b"");
-        check_rest(
-            Some(Version::V1_2),
-            limits(1024, 2, 1024),
-            input,
-            &[TOO_LARGE],
-            input,
-        );
+        check_rest(Some(Version::V1_2), limits(1024, 2, 1024), input, &[TOO_LARGE], input);
     }
 
     #[test]
@@ -1044,31 +763,13 @@ mod tests {
         let input = b"SEND\ncontent-length:4\n\nabcd\0";
         let ok = [frame(Command::Send, &[(b"content-length", b"4")], b"abcd")];
         check_rest(Some(Version::V1_2), limits(1024, 128, 4), input, &ok, b"");
-        check_rest(
-            Some(Version::V1_2),
-            limits(1024, 128, 3),
-            input,
-            &[TOO_LARGE],
-            input,
-        );
+        check_rest(Some(Version::V1_2), limits(1024, 128, 3), input, &[TOO_LARGE], input);
         // Refused as soon as the header is parsed: no body byte needs to arrive.
         let head_only = b"SEND\ncontent-length:999999999999\n";
-        check_rest(
-            Some(Version::V1_2),
-            limits(1024, 128, 1 << 20),
-            head_only,
-            &[TOO_LARGE],
-            head_only,
-        );
+        check_rest(Some(Version::V1_2), limits(1024, 128, 1 << 20), head_only, &[TOO_LARGE], head_only);
         // A length that overflows usize is numeric, just too large.
         let huge = b"SEND\ncontent-length:99999999999999999999999999\n\n";
-        check_rest(
-            Some(Version::V1_2),
-            limits(1024, 128, 1 << 20),
-            huge,
-            &[TOO_LARGE],
-            huge,
-        );
+        check_rest(Some(Version::V1_2), limits(1024, 128, 1 << 20), huge, &[TOO_LARGE], huge);
     }
 
     #[test]
@@ -1076,22 +777,10 @@ mod tests {
         let input = b"SEND\n\nabcd\0";
         let ok = [frame(Command::Send, &[], b"abcd")];
         check_rest(Some(Version::V1_2), limits(1024, 128, 4), input, &ok, b"");
-        check_rest(
-            Some(Version::V1_2),
-            limits(1024, 128, 3),
-            input,
-            &[TOO_LARGE],
-            input,
-        );
+        check_rest(Some(Version::V1_2), limits(1024, 128, 3), input, &[TOO_LARGE], input);
         // Detected while the NUL has not arrived yet.
         let open = b"SEND\n\nabcdefgh";
-        check_rest(
-            Some(Version::V1_2),
-            limits(1024, 128, 3),
-            open,
-            &[TOO_LARGE],
-            open,
-        );
+        check_rest(Some(Version::V1_2), limits(1024, 128, 3), open, &[TOO_LARGE], open);
     }
 
     #[test]
@@ -1122,9 +811,7 @@ mod tests {
         let mut buf = BytesMut::from(&b"SEND\nplain:value\nesc:a\\cb\n\nthe body\0"[..]);
         let start = buf.as_ptr() as usize;
         let end = start + buf.len();
-        let Ok(Some(Decoded::Frame(f))) = d.decode(&mut buf) else {
-            panic!("no frame")
-        };
+        let Ok(Some(Decoded::Frame(f))) = d.decode(&mut buf) else { panic!("no frame") };
         let inside = |b: &Bytes| (start..end).contains(&(b.as_ptr() as usize));
         assert!(inside(&f.body));
         assert!(inside(&f.headers.0[0].0) && inside(&f.headers.0[0].1));
@@ -1163,11 +850,7 @@ mod tests {
         let (frames, examined) = examined_one_byte_at_a_time(&input, Version::V1_2);
         assert_eq!(frames, 1);
         assert_eq!(examined, input.len());
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(10),
-            "took {:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "took {:?}", started.elapsed());
     }
 
     #[test]

@@ -31,12 +31,7 @@ impl<'a> FrameWriter<'a> {
     pub fn begin(buf: &'a mut BytesMut, version: Version, command: Command) -> Self {
         buf.extend_from_slice(command.as_str().as_bytes());
         buf.put_u8(b'\n');
-        FrameWriter {
-            buf,
-            version,
-            escape: command.escapes_headers(),
-            dropped: 0,
-        }
+        FrameWriter { buf, version, escape: command.escapes_headers(), dropped: 0 }
     }
 
     /// Appends one header, escaped for the version; drops it (and counts the drop) if the
@@ -50,9 +45,7 @@ impl<'a> FrameWriter<'a> {
             (false, _) | (true, Version::V1_0) => {
                 // Unescaped: a raw LF would end the line, a CR would be read as part of the EOL
                 // by 1.2 parsers, and a ':' in a name would move the name/value split.
-                if memchr3(b':', b'\r', b'\n', name).is_some()
-                    || memchr2(b'\r', b'\n', value).is_some()
-                {
+                if memchr3(b':', b'\r', b'\n', name).is_some() || memchr2(b'\r', b'\n', value).is_some() {
                     self.dropped += 1;
                     return;
                 }
@@ -84,8 +77,7 @@ impl<'a> FrameWriter<'a> {
     pub fn finish(self, body: &[u8]) -> u32 {
         let mut digits = itoa::Buffer::new();
         let len = digits.format(body.len());
-        self.buf
-            .reserve(b"content-length:".len() + len.len() + 2 + body.len() + 1);
+        self.buf.reserve(b"content-length:".len() + len.len() + 2 + body.len() + 1);
         self.buf.extend_from_slice(b"content-length:");
         self.buf.extend_from_slice(len.as_bytes());
         self.buf.extend_from_slice(b"\n\n");
@@ -134,13 +126,7 @@ const NEEDS_ESCAPE: [bool; 256] = {
 
 /// Writes one whole frame: `begin`, every header in order, `finish`. Returns the number of
 /// headers dropped as unrepresentable for `version`.
-pub fn encode_frame(
-    buf: &mut BytesMut,
-    version: Version,
-    command: Command,
-    headers: &[(&[u8], &[u8])],
-    body: &[u8],
-) -> u32 {
+pub fn encode_frame(buf: &mut BytesMut, version: Version, command: Command, headers: &[(&[u8], &[u8])], body: &[u8]) -> u32 {
     let mut w = FrameWriter::begin(buf, version, command);
     for (name, value) in headers {
         w.header(name, value);
@@ -152,12 +138,7 @@ pub fn encode_frame(
 mod tests {
     use super::*;
 
-    fn encode(
-        version: Version,
-        command: Command,
-        headers: &[(&[u8], &[u8])],
-        body: &[u8],
-    ) -> (Vec<u8>, u32) {
+    fn encode(version: Version, command: Command, headers: &[(&[u8], &[u8])], body: &[u8]) -> (Vec<u8>, u32) {
         let mut buf = BytesMut::new();
         let dropped = encode_frame(&mut buf, version, command, headers, body);
         (buf.to_vec(), dropped)
@@ -178,10 +159,7 @@ mod tests {
     #[test]
     fn v1_0_drops_unrepresentable_and_escapes_nothing() {
         let (bytes, dropped) = encode(Version::V1_0, Command::Message, TRICKY, b"hi");
-        assert_eq!(
-            bytes,
-            b"MESSAGE\ndestination:/topic/a\nurl:http://h:1/x\nback\\slash:a\\b\ncontent-length:2\n\nhi\0"
-        );
+        assert_eq!(bytes, b"MESSAGE\ndestination:/topic/a\nurl:http://h:1/x\nback\\slash:a\\b\ncontent-length:2\n\nhi\0");
         // multi (LF in value), cr (CR in value), na:me, crname, lfname.
         assert_eq!(dropped, 5);
     }
@@ -213,12 +191,7 @@ mod tests {
     #[test]
     fn content_length_always_stamped_and_caller_copy_ignored() {
         for v in [Version::V1_0, Version::V1_1, Version::V1_2] {
-            let (bytes, dropped) = encode(
-                v,
-                Command::Message,
-                &[(b"content-length", b"999"), (b"k", b"v")],
-                b"a\0b",
-            );
+            let (bytes, dropped) = encode(v, Command::Message, &[(b"content-length", b"999"), (b"k", b"v")], b"a\0b");
             assert_eq!(bytes, b"MESSAGE\nk:v\ncontent-length:3\n\na\0b\0");
             assert_eq!(dropped, 0);
             let (bytes, _) = encode(v, Command::Receipt, &[(b"receipt-id", b"7")], b"");
@@ -229,16 +202,8 @@ mod tests {
     #[test]
     fn connected_is_not_escaped() {
         for v in [Version::V1_1, Version::V1_2] {
-            let (bytes, dropped) = encode(
-                v,
-                Command::Connected,
-                &[
-                    (b"version", v.as_str().as_bytes()),
-                    (b"server", b"stompgate/0.1 a:b\\c"),
-                    (b"bad", b"x\ny"),
-                ],
-                b"",
-            );
+            let (bytes, dropped) =
+                encode(v, Command::Connected, &[(b"version", v.as_str().as_bytes()), (b"server", b"stompgate/0.1 a:b\\c"), (b"bad", b"x\ny")], b"");
             let mut expected = b"CONNECTED\nversion:".to_vec();
             expected.extend_from_slice(v.as_str().as_bytes());
             expected.extend_from_slice(b"\nserver:stompgate/0.1 a:b\\c\ncontent-length:0\n\n\0");
@@ -254,9 +219,6 @@ mod tests {
         let mut w = FrameWriter::begin(&mut buf, Version::V1_2, Command::Error);
         w.header(b"message", b"frame too large");
         assert_eq!(w.finish(b""), 0);
-        assert_eq!(
-            &buf[..],
-            b"ERROR\n\n\0ERROR\nmessage:frame too large\ncontent-length:0\n\n\0"
-        );
+        assert_eq!(&buf[..], b"ERROR\n\n\0ERROR\nmessage:frame too large\ncontent-length:0\n\n\0");
     }
 }

@@ -59,11 +59,7 @@ fn parse_ms(field: &[u8]) -> Result<u64, ()> {
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return Err(());
     }
-    digits.iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10)
-            .and_then(|n| n.checked_add(u64::from(d - b'0')))
-            .ok_or(())
-    })
+    digits.iter().try_fold(0u64, |n, &d| n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d - b'0'))).ok_or(()))
 }
 
 /// Negotiated intervals in ms, given the client's `(cx, cy)` and the server's `(sx, sy)`:
@@ -121,32 +117,13 @@ mod tests {
         assert_eq!(parse_heart_beat(Some(b"0,0")), Ok((0, 0)));
         assert_eq!(parse_heart_beat(Some(b"1000,2500")), Ok((1000, 2500)));
         assert_eq!(parse_heart_beat(Some(b" 10 , 20 ")), Ok((10, 20)));
-        assert_eq!(
-            parse_heart_beat(Some(b"18446744073709551615,0")),
-            Ok((u64::MAX, 0))
-        );
+        assert_eq!(parse_heart_beat(Some(b"18446744073709551615,0")), Ok((u64::MAX, 0)));
     }
 
     #[test]
     fn heart_beat_malformed() {
-        for bad in [
-            &b"10"[..],
-            b"10,",
-            b",10",
-            b"1,2,3",
-            b"-1,5",
-            b"+1,5",
-            b"a,b",
-            b"1 0,5",
-            b"18446744073709551616,0",
-            b"1.5,2",
-        ] {
-            assert_eq!(
-                parse_heart_beat(Some(bad)),
-                Err(()),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+        for bad in [&b"10"[..], b"10,", b",10", b"1,2,3", b"-1,5", b"+1,5", b"a,b", b"1 0,5", b"18446744073709551616,0", b"1.5,2"] {
+            assert_eq!(parse_heart_beat(Some(bad)), Err(()), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
@@ -154,14 +131,8 @@ mod tests {
     fn heart_beat_negotiation() {
         // (server_sends_every, client_must_send_every)
         assert_eq!(negotiate_heart_beat((0, 0), (10_000, 10_000)), (0, 0));
-        assert_eq!(
-            negotiate_heart_beat((4000, 6000), (10_000, 10_000)),
-            (10_000, 10_000)
-        );
-        assert_eq!(
-            negotiate_heart_beat((20_000, 30_000), (10_000, 10_000)),
-            (30_000, 20_000)
-        );
+        assert_eq!(negotiate_heart_beat((4000, 6000), (10_000, 10_000)), (10_000, 10_000));
+        assert_eq!(negotiate_heart_beat((20_000, 30_000), (10_000, 10_000)), (30_000, 20_000));
         assert_eq!(negotiate_heart_beat((5000, 0), (10_000, 1000)), (0, 5000));
         assert_eq!(negotiate_heart_beat((0, 7000), (1000, 1000)), (7000, 0));
         assert_eq!(negotiate_heart_beat((5000, 7000), (0, 0)), (0, 0));

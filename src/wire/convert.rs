@@ -2,8 +2,8 @@
 //! byte-exact both ways; tags become a map (in key order on ingress, so egress order is stable);
 //! `Metadata` is kept as is, so seed 000's header ⇄ tag rules hold across protocols.
 use super::pb;
-use crate::model::{Channel, Message, Tags};
 use crate::mesh::msg::Pulled;
+use crate::model::{Channel, Message, Tags};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 use std::collections::HashMap;
@@ -149,7 +149,8 @@ mod tests {
 
     #[test]
     fn body_is_byte_exact_and_server_fills_missing_id() {
-        let inc = Incoming { id: String::new(), client_id: "c".into(), channel: "x".into(), metadata: "m".into(), body: vec![0, 255, 10], tags: HashMap::new() };
+        let inc =
+            Incoming { id: String::new(), client_id: "c".into(), channel: "x".into(), metadata: "m".into(), body: vec![0, 255, 10], tags: HashMap::new() };
         let msg = inc.into_message("g-1".into(), 5);
         assert_eq!(msg.id.as_ref(), b"g-1");
         assert_eq!(msg.body.as_ref(), &[0, 255, 10]);

@@ -4,8 +4,8 @@ use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use stompgate::model::{now_unix_ns, Channel, Message, Pattern, Tags};
 use stompgate::mesh::msg::{CoreMsg, ResponderFn, RpcRequest};
+use stompgate::model::{now_unix_ns, Channel, Message, Pattern, Tags};
 
 /// How long a test waits to be sure nothing (more) arrives.
 pub const QUIET: Duration = Duration::from_millis(300);

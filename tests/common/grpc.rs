@@ -324,11 +324,7 @@ pub fn attrs(m: &pb::QueueMessage) -> &pb::QueueMessageAttributes {
 
 /// A channel-management query (kubemq-grpc.md §6.4).
 pub fn management(metadata: &str, tag_pairs: &[(&str, &str)]) -> pb::Request {
-    pb::Request {
-        metadata: metadata.into(),
-        tags: tags(tag_pairs),
-        ..request(2, "kubemq.cluster.internal.requests", b"", 10_000)
-    }
+    pb::Request { metadata: metadata.into(), tags: tags(tag_pairs), ..request(2, "kubemq.cluster.internal.requests", b"", 10_000) }
 }
 
 /// `list-channels` of `channel_type` filtered by `search`: the decoded JSON array.
@@ -351,7 +347,11 @@ pub async fn wait_listed(c: &mut Client, channel_type: &str, channel: &str, pres
         if listed == present {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{channel_type} channel {channel} still {} after {PROMPT:?}: {items:?}", if present { "absent" } else { "listed" });
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{channel_type} channel {channel} still {} after {PROMPT:?}: {items:?}",
+            if present { "absent" } else { "listed" }
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
