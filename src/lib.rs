@@ -1,12 +1,14 @@
 //! stompgate: a thread-per-core STOMP 1.0/1.1/1.2 gateway onto KubeMQ's five messaging
 //! patterns, with an embedded array (or a remote KubeMQ array over gRPC).
 //!
-//! Rings (see `../shared/design.md`):
+//! Rings (ARCHITECTURE.md has the map and the path of one SEND and one MESSAGE):
 //! 1. pure protocol — [`stomp`], [`route`], [`model`];
-//! 2. session — [`session`], one connection's protocol state machine;
-//! 3. per-core I/O — [`runtime`], [`conn`], [`array`];
-//! 4. the KubeMQ gRPC API — [`grpc`] (served) and [`egress`] (remote array client), both
-//!    speaking the shared wire types of [`wire`].
+//! 2. session — [`session`], one connection's protocol state machine (frames → actions);
+//! 3. the array interface — [`mesh`] (operations and messages), [`delivery`] (slow subscribers),
+//!    [`engine`] (one core: `Core::submit`, embedded or remote backend), [`array`] (the embedded
+//!    shard), [`egress`] (the remote-array client), [`wire`] (KubeMQ protobuf types);
+//! 4. I/O — [`conn`] (a STOMP connection), [`runtime`] (executors, accept), [`grpc`] (the KubeMQ
+//!    gRPC API).
 pub mod array;
 pub mod config;
 pub mod conn;
