@@ -48,6 +48,8 @@ pub struct Conn {
     /// The socket refused more bytes on the last write attempt (the peer is not reading).
     write_blocked: Cell<bool>,
     session: RefCell<Session>,
+    /// The session's actions, reused frame after frame (no allocation per frame).
+    actions: RefCell<Vec<Action>>,
 }
 
 /// The session's view of the process: this core.
@@ -79,6 +81,7 @@ impl Conn {
             write_ready: LocalEvent::default(),
             write_blocked: Cell::new(false),
             session: RefCell::new(session),
+            actions: RefCell::new(Vec::new()),
         }
     }
 
@@ -95,7 +98,7 @@ impl Conn {
     /// Hands one frame to the session and carries out what it asks. Returns false when the
     /// connection must stop reading.
     fn on_frame(&self, core: &Rc<Core>, frame: crate::stomp::Frame, decoder: &mut crate::stomp::Decoder) -> bool {
-        let mut actions = Vec::new();
+        let mut actions = self.actions.take();
         let keep_going = self.session.borrow_mut().handle(frame, &CoreHost(core), &mut actions);
         for a in &actions {
             if let Action::Connected { version, .. } = a {
@@ -108,7 +111,7 @@ impl Conn {
 
     /// Runs `f` on the session and carries out the actions it appends.
     fn with_session(&self, core: &Rc<Core>, f: impl FnOnce(&mut Session, &mut Vec<Action>)) {
-        let mut actions = Vec::new();
+        let mut actions = self.actions.take();
         f(&mut self.session.borrow_mut(), &mut actions);
         self.act(core, actions);
     }
@@ -121,9 +124,9 @@ impl Conn {
         self.with_session(core, |s, out| s.fail(err, receipt, out));
     }
 
-    /// Carries out the session's actions, in order.
-    fn act(&self, core: &Rc<Core>, actions: Vec<Action>) {
-        for action in actions {
+    /// Carries out the session's actions, in order, and keeps the emptied list for next time.
+    fn act(&self, core: &Rc<Core>, mut actions: Vec<Action>) {
+        for action in actions.drain(..) {
             match action {
                 Action::Connected { version, heart_beat, advertised, session } => {
                     self.heartbeat.set(heart_beat);
@@ -148,6 +151,7 @@ impl Conn {
                 Action::Close => self.drain(),
             }
         }
+        *self.actions.borrow_mut() = actions;
     }
 
     /// Appends one server frame and wakes the writer.
@@ -203,15 +207,11 @@ impl Endpoint for Conn {
     }
 
     fn completed(&self, core: &Rc<Core>, token: u64) {
-        let mut actions = Vec::new();
-        self.session.borrow_mut().completed(token, &mut actions);
-        self.act(core, actions);
+        self.with_session(core, |s, out| s.completed(token, out));
     }
 
     fn failed(&self, core: &Rc<Core>, token: u64) {
-        let mut actions = Vec::new();
-        self.session.borrow_mut().failed(token, &mut actions);
-        self.act(core, actions);
+        self.with_session(core, |s, out| s.failed(token, out));
     }
 
     fn tick(&self, core: &Rc<Core>, now: Instant) {

@@ -590,3 +590,70 @@ fn parked_deliveries_owe_their_tickets_when_the_subscription_ends() {
     assert!(matches!(out.first(), Some(Action::SettleParked(t)) if *t == ticket), "{out:?}");
     assert_eq!(s.subs.parked(), 0);
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One receipted client frame of a generated sequence.
+    fn receipted(kind: u8, i: usize) -> Frame {
+        let r = i.to_string();
+        let (command, mut headers): (Command, Vec<(String, String)>) = match kind {
+            0 => (Command::Send, vec![("destination".into(), "/queue/q".into())]),
+            1 => (Command::Send, vec![("destination".into(), "/topic/t".into())]),
+            2 => (Command::Begin, vec![("transaction".into(), format!("t{i}"))]),
+            3 => (Command::Subscribe, vec![("destination".into(), format!("/topic/s{i}")), ("id".into(), format!("s{i}"))]),
+            4 => (Command::Subscribe, vec![("destination".into(), format!("/reply/x{i}")), ("id".into(), format!("x{i}"))]),
+            _ => (Command::Send, vec![("destination".into(), "/command/c".into()), ("reply-to".into(), "/reply/r".into())]),
+        };
+        headers.push(("receipt".into(), r));
+        let h: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        frame(command, &h, "")
+    }
+
+    proptest! {
+        /// Whatever mix of frames that wait for the array and frames that do not, and whatever
+        /// order the array completes their operations in, every RECEIPT comes exactly once and
+        /// in frame order, and nothing is owed at the end.
+        #[test]
+        fn receipts_come_once_each_in_frame_order(kinds in proptest::collection::vec(0u8..6, 1..40), seed in any::<u64>()) {
+            let mut s = connected("1.2");
+            feed(&mut s, frame(Command::Subscribe, &[("destination", "/reply/r"), ("id", "r")], ""));
+            let mut got: Vec<Bytes> = Vec::new();
+            let mut tokens = Vec::new();
+            for (i, &kind) in kinds.iter().enumerate() {
+                let (go, out) = feed(&mut s, receipted(kind, i));
+                prop_assert!(go, "frame {} ({}) failed: {:?}", i, kind, out);
+                for a in out {
+                    match a {
+                        Action::Receipt(r) => got.push(r),
+                        Action::Array { done: Some(t), .. } => tokens.push(t),
+                        Action::Array { .. } => {}
+                        other => prop_assert!(false, "unexpected {:?}", other),
+                    }
+                }
+            }
+            // A deterministic shuffle of the completions.
+            let mut x = seed | 1;
+            for i in (1..tokens.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                tokens.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            for t in tokens {
+                let mut out = Vec::new();
+                s.completed(t, &mut out);
+                for a in out {
+                    match a {
+                        Action::Receipt(r) => got.push(r),
+                        other => prop_assert!(false, "a completion caused {:?}", other),
+                    }
+                }
+            }
+            let want: Vec<Bytes> = (0..kinds.len()).map(|i| Bytes::from(i.to_string())).collect();
+            prop_assert_eq!(got, want);
+            prop_assert!(!s.owes_frames());
+        }
+    }
+}
