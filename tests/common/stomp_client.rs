@@ -52,19 +52,7 @@ impl Client {
 
     /// Sends a frame built from parts (headers written as given, no escaping).
     pub fn send(&mut self, command: &str, headers: &[(&str, &str)], body: &[u8]) {
-        let mut out = Vec::new();
-        out.extend_from_slice(command.as_bytes());
-        out.push(b'\n');
-        for (n, v) in headers {
-            out.extend_from_slice(n.as_bytes());
-            out.push(b':');
-            out.extend_from_slice(v.as_bytes());
-            out.push(b'\n');
-        }
-        out.push(b'\n');
-        out.extend_from_slice(body);
-        out.push(0);
-        self.send_raw(&out);
+        self.send_raw(&super::props::frame_bytes(command, headers, body));
     }
 
     pub fn connect(&mut self, accept_version: &str) -> Frame {
