@@ -10,30 +10,12 @@
 //! The give-up has no setting (`egress::GIVE_UP` is a constant), so one test waits it out.
 mod common;
 
+use common::metrics::{free_port, metrics_addr, scrape_sum};
 use common::props::send_with_receipt;
 use common::{unique, Client};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use stompgate::config::{ArrayMode, Config, RemoteArray};
 use stompgate::runtime::Server;
-
-/// The metrics exporter's address, installed on first use (before any gateway starts).
-fn metrics_addr() -> SocketAddr {
-    static ADDR: OnceLock<SocketAddr> = OnceLock::new();
-    *ADDR.get_or_init(|| {
-        let addr = free_port();
-        stompgate::telemetry::install(addr).expect("metrics exporter installs");
-        addr
-    })
-}
-
-/// A loopback address nothing listens on (bound, then released).
-fn free_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 /// A two-core gateway whose remote array is unreachable.
 fn gateway_without_array() -> Server {
@@ -50,20 +32,6 @@ fn connected(server: &Server) -> Client {
     let f = c.connect("1.2");
     assert_eq!(f.command, "CONNECTED", "{f:?}");
     c
-}
-
-/// The sum over cores of a counter, scraped from the exporter.
-fn scrape_sum(metric: &str) -> f64 {
-    let mut s = TcpStream::connect(metrics_addr()).expect("metrics endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("metrics response");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap_or_else(|_| panic!("bad sample {l:?}")))
-        .sum()
 }
 
 #[test]

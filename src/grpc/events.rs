@@ -194,6 +194,7 @@ impl EventSink {
     }
 
     fn count_drop(&self) {
+        metrics::counter!("stompgate_grpc_deliveries_dropped_total").increment(1);
         let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
         if n.is_power_of_two() {
             tracing::warn!(dropped = n, "gRPC subscriber too slow: events dropped");

@@ -3,11 +3,12 @@
 //!
 //! By concern: `stomp_client` (the raw STOMP client and its frames), `props` (frame assertions
 //! and receipt-barrier steps), `flow` (request/wait steps, core placement, array-side
-//! responders), `grpc` (the KubeMQ gRPC harness and client helpers).
+//! responders), `grpc` (the KubeMQ gRPC harness and client helpers), `metrics` (scraping the exporter).
 #![allow(dead_code)]
 
 pub mod flow;
 pub mod grpc;
+pub mod metrics;
 pub mod props;
 pub mod stomp_client;
 
