@@ -3,7 +3,7 @@
 //! on SEND and SUBSCRIBE, on the embedded array and through a remote one alike; and channels
 //! the rule accepts (non-ASCII text, literal dots, `-`, `+`, `#`) are delivered in both
 //! modes. Before the shared rule, `/queue/my orders` worked embedded and failed remotely.
-mod common;
+use crate::common;
 use common::props::*;
 use common::*;
 

@@ -14,7 +14,7 @@
 //!
 //! Embedded array only: through a remote array the RECEIPT means the array confirmed the
 //! event, and no core of this gateway owns the channel.
-mod common;
+use crate::common;
 use common::flow::*;
 use common::*;
 use std::time::Duration;

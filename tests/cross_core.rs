@@ -8,7 +8,7 @@
 //! from CONNECTED's `session:stompgate-<core>-<conn>` and tests place connections on the core
 //! they need (`connected_on`). Subscribers read promptly, so the default SubBuffSize (100) is
 //! never full for them even though publishers send bursts of a few hundred messages.
-mod common;
+use crate::common;
 use common::flow::*;
 use common::*;
 use std::collections::BTreeSet;

@@ -8,7 +8,7 @@
 //! on separate connections (a subscriber, then a publisher whose SEND carries a receipt), and the
 //! MESSAGE's `destination` header is compared byte for byte. Errors use a fresh connection each
 //! and assert the exact ERROR frame and the close.
-mod common;
+use crate::common;
 use bytes::Bytes;
 use common::props::*;
 use common::*;

@@ -9,7 +9,7 @@
 //! Setup: each test runs its own two-core gateway (`TestServer`) and channel names unique to
 //! the test; subscribers and publishers are separate 1.2 connections. SUBSCRIBE carries a
 //! receipt and is waited for, so the subscription is live before anything is sent.
-mod common;
+use crate::common;
 use common::flow::*;
 use common::*;
 use std::collections::BTreeSet;

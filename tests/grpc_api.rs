@@ -4,7 +4,7 @@
 //!
 //! Setup: an in-process gateway (`common::TestServer`) and `stompgate::grpc::start` on an
 //! ephemeral loopback port with one worker, driven by the generated tonic client.
-mod common;
+use crate::common;
 
 use common::TestServer;
 use std::time::Duration;

@@ -15,7 +15,7 @@
 //!
 //! Setup: every test runs its own `GrpcHarness` (two-core gateway + gRPC API) and channels
 //! unique to the test.
-mod common;
+use crate::common;
 
 use common::flow::{Flow, QUIET as STOMP_QUIET};
 use common::grpc::*;

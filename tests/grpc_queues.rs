@@ -16,7 +16,7 @@
 //! - gRPC and STOMP share queues byte-exactly.
 //!
 //! Setup: every test runs its own `GrpcHarness` and queues unique to the test.
-mod common;
+use crate::common;
 
 use common::flow::{Flow, QUIET as STOMP_QUIET};
 use common::grpc::*;

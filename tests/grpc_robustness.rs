@@ -20,7 +20,7 @@
 //!
 //! Setup: every test runs its own `GrpcHarness` and channels unique to the test. Every call is
 //! bounded by `PROMPT` (via the `common::grpc` helpers).
-mod common;
+use crate::common;
 
 use common::flow::{Flow, QUIET as STOMP_QUIET};
 use common::grpc::*;

@@ -13,7 +13,7 @@
 //! - `create-channel` / `list-channels` / `delete-channel` answer with the JSON list SDKs decode.
 //!
 //! Setup: every test runs its own `GrpcHarness` and channels unique to the test.
-mod common;
+use crate::common;
 
 use common::flow::{Flow, QUIET as STOMP_QUIET};
 use common::grpc::*;

@@ -2,12 +2,12 @@
 //! every one it loses is counted in `stompgate_grpc_deliveries_dropped_total` (README,
 //! Metrics): what it received plus what was counted is exactly what was published.
 //!
-//! Setup: the Prometheus exporter for this test binary alone (the recorder is process-wide, and
-//! this is the only test in it); a gRPC subscriber with a 10-message buffer that reads nothing
+//! Setup: the Prometheus exporter of tests/counters.rs (the recorder is process-wide, and this is
+//! the only test there with gRPC subscribers); a gRPC subscriber with a 10-message buffer that reads nothing
 //! until the end; a STOMP publisher of plain events, then one receipted SEND whose RECEIPT means
 //! every delivery before it was queued, parked or dropped. Through a remote array the
 //! subscriber is on array A, fed by gateway B's egress; the count is the same.
-mod common;
+use crate::common;
 use common::flow::*;
 use common::grpc::*;
 use common::metrics::{metrics_addr, scrape_sum};

@@ -8,7 +8,7 @@
 //! Setup: an in-process gateway on two cores; a 1.2 subscriber (SUBSCRIBE with receipt) and a
 //! 1.2 publisher on separate connections. The delivered MESSAGE's complete header multiset is
 //! compared (`message-id` is the server's own and read back from the frame).
-mod common;
+use crate::common;
 use bytes::Bytes;
 use common::props::*;
 use common::*;

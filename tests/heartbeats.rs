@@ -7,7 +7,7 @@
 //!
 //! Setup: an in-process gateway on two cores with `heartbeat_ms = 100` (the tick is 100 ms);
 //! raw CONNECT frames; the test client counts bare EOLs between frames.
-mod common;
+use crate::common;
 use common::props::*;
 use common::*;
 use std::time::{Duration, Instant};

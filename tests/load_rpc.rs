@@ -6,7 +6,7 @@
 //!
 //! Setup: every test runs its own two-core gateway (`TestServer`) and gRPC server on ephemeral
 //! loopback ports; the harness's channel (`--name`) is unique to the test.
-mod common;
+use crate::common;
 
 use common::{unique, TestServer};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! checked is the accounting, never a speed: messages flow, nothing is lost or duplicated, the
 //! CPU figures are produced. The relay runs as its own process and is measured through
 //! `--server-pid`, exactly as compare.sh does.
-mod common;
+use crate::common;
 
 use common::{unique, TestServer};
 use serde_json::Value;

@@ -8,7 +8,7 @@
 //! test. SUBSCRIBE, ACK, NACK, UNSUBSCRIBE and DISCONNECT carry receipts and are waited for, so
 //! the owner core has applied them before the next step; "nothing arrives" is checked over
 //! `QUIET`. Bodies are numbered so order, loss and duplicates are exact.
-mod common;
+use crate::common;
 use common::flow::*;
 use common::props::frame_bytes;
 use common::*;

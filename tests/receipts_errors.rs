@@ -6,7 +6,7 @@
 //!
 //! Setup: an in-process gateway on two cores; raw frames from a 1.2 client unless a test says
 //! otherwise; `max_connections = 2` for the connection-limit test.
-mod common;
+use crate::common;
 use common::props::*;
 use common::*;
 use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@
 //! Setup: each test builds its own pair in this process: gateway A (embedded array, KubeMQ
 //! gRPC API on an ephemeral port, STOMP for publishing straight into the array) and gateway B
 //! in remote mode in front of it, sometimes through a TCP proxy that can cut the connection.
-mod common;
+use crate::common;
 
 use common::props::{expect_error_close, send_with_receipt, subscribe};
 use common::{unique, Client, Frame};

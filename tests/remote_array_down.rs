@@ -5,10 +5,10 @@
 //!
 //! Setup: a gateway in `--array grpc://127.0.0.1:<port>` mode where nothing listens on the port,
 //! so every stream to the array keeps failing and retrying. The Prometheus exporter is installed
-//! once for this test binary (the recorder is process-wide); this file's tests are the only ones
-//! in the process, and only one of them publishes plain events, so the counter is exact.
+//! once for the test binary (the recorder is process-wide); tests/counters.rs runs this file
+//! apart from the other tests, and only one test in it drops plain events, so the counter is exact.
 //! The give-up has no setting (`egress::GIVE_UP` is a constant), so one test waits it out.
-mod common;
+use crate::common;
 
 use common::metrics::{free_port, metrics_addr, scrape_sum};
 use common::props::send_with_receipt;

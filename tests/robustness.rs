@@ -7,7 +7,7 @@
 //!
 //! Setup: an in-process gateway on two cores (`max_body_size = 1024` where a test says so);
 //! garbage from a fixed-seed xorshift generator; a bystander subscriber proves nothing leaked.
-mod common;
+use crate::common;
 use common::props::*;
 use common::*;
 use std::time::Duration;

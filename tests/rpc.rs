@@ -9,7 +9,7 @@
 //! Setup: each test runs its own two-core gateway (`TestServer`) and a service channel unique to
 //! the test. The responder is attached through the array API (`forwarding_responder`): it hands
 //! each `RpcRequest` to the test thread, which answers with `array().respond(…)`.
-mod common;
+use crate::common;
 use bytes::Bytes;
 use common::flow::*;
 use common::*;

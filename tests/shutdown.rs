@@ -8,7 +8,7 @@
 //! Setup: each test runs its own two-core gateway (`TestServer`); stopping the gateway is timed
 //! on the test thread against its promise (a core waits at most `SHUTDOWN_GRACE`, 2 s, for its
 //! connections to take the ERROR), then each client reads what the server wrote before closing.
-mod common;
+use crate::common;
 use common::flow::*;
 use common::*;
 use std::time::{Duration, Instant};

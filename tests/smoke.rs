@@ -1,6 +1,6 @@
 //! The basic round trip over real loopback sockets: CONNECT, SUBSCRIBE, SEND, MESSAGE, with
 //! exact bytes.
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

@@ -1,7 +1,7 @@
 //! Starting and stopping the gateway repeatedly never hangs: every core joins the mesh and
 //! binds its listener, even when cores start while others are parked (glommio's mesh join
 //! could miss that wake-up).
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

@@ -7,7 +7,7 @@
 //! test; observers are separate 1.2 connections whose subscriptions are confirmed by receipts.
 //! "Nothing delivered" is checked over `QUIET`, and a later message from outside the
 //! transaction shows the observer would have seen anything sent.
-mod common;
+use crate::common;
 use common::flow::*;
 use common::*;
 

@@ -8,7 +8,7 @@
 //! Setup: an in-process gateway on two cores; raw CONNECT frames per version, and cross-version
 //! deliveries (publisher on one version, subscriber on another) through a topic. Header values
 //! are compared exactly as they appear on the wire (still escaped).
-mod common;
+use crate::common;
 use common::props::*;
 use common::*;
 

@@ -7,7 +7,7 @@
 //! the test. The wildcard subscriber and the publisher are different connections; publishes
 //! carry receipts, so "nothing arrived" is checked over `QUIET` after the owners have accepted
 //! every message.
-mod common;
+use crate::common;
 use common::flow::*;
 use common::*;
 use std::collections::BTreeSet;
