@@ -12,8 +12,7 @@ use crate::common;
 use bytes::Bytes;
 use common::props::*;
 use common::*;
-use std::sync::Arc;
-use stompgate::mesh::msg::RpcOutcome;
+use stompgate::mesh::msg::{Mailbox, RpcOutcome, RpcRequest};
 use stompgate::model::{Channel, Pattern, Tags};
 use stompgate::route::DefaultPattern;
 
@@ -367,12 +366,10 @@ fn subscribe_to_query_is_refused() {
 fn rpc_reply(server: &TestServer, pattern: Pattern, channel: &str, send_dest: &str) -> Frame {
     let handle = server.array();
     let responder_handle = handle.clone();
-    let ok = handle.register_responder(
-        pattern,
-        Channel(Bytes::copy_from_slice(channel.as_bytes())),
-        7,
-        None,
-        Arc::new(move |req| {
+    let (requests, incoming) = Mailbox::<RpcRequest>::new();
+    // The responder: a thread answering each request it gets (it ends with the registration).
+    std::thread::spawn(move || {
+        for req in incoming.iter() {
             responder_handle.respond(
                 req.pattern,
                 req.msg.channel.clone(),
@@ -386,9 +383,10 @@ fn rpc_reply(server: &TestServer, pattern: Pattern, channel: &str, send_dest: &s
                     responder: Bytes::new(),
                     timestamp_ns: 0,
                 },
-            )
-        }),
-    );
+            );
+        }
+    });
+    let ok = handle.register_responder(pattern, Channel(Bytes::copy_from_slice(channel.as_bytes())), 7, None, requests);
     assert!(ok);
     common::flow::sync_array(server, common::flow::owner(server, pattern, channel));
     let mut c = server.connected();

@@ -42,7 +42,7 @@ fn ok(body: &str, t: &[(&str, &str)]) -> RpcOutcome {
     }
 }
 
-fn next_request(rx: &std::sync::mpsc::Receiver<RpcRequest>) -> RpcRequest {
+fn next_request(rx: &flume::Receiver<RpcRequest>) -> RpcRequest {
     rx.recv_timeout(WAIT).expect("the responder got the request")
 }
 

@@ -281,7 +281,7 @@ impl Queues {
             // Everything ready now; the reply cannot fail in a way that needs undoing.
             let purged = ch.ready.len() as u64;
             ch.ready.clear();
-            (req.reply)(PullResult { purged, ..PullResult::default() });
+            req.reply.send(PullResult { token: req.token, purged, ..PullResult::default() });
             self.pump(&channel, now, out);
             return;
         }
@@ -292,7 +292,7 @@ impl Queues {
         if let Some(ch) = self.channels.get_mut(&channel) {
             if let Some(i) = ch.waiters.iter().position(|w| w.deadline <= now) {
                 let w = ch.waiters.remove(i).expect("position found");
-                (w.req.reply)(PullResult { expired: w.expired, ..PullResult::default() });
+                w.req.reply.send(PullResult { token: w.req.token, expired: w.expired, ..PullResult::default() });
             }
         }
     }
@@ -328,7 +328,7 @@ impl Queues {
             }
             while let Some(i) = ch.waiters.iter().position(|w| w.deadline <= now) {
                 let w = ch.waiters.remove(i).expect("position found");
-                (w.req.reply)(PullResult { expired: w.expired, ..PullResult::default() });
+                w.req.reply.send(PullResult { token: w.req.token, expired: w.expired, ..PullResult::default() });
                 changed = true;
             }
             if changed {
@@ -389,7 +389,7 @@ impl Queues {
         while !ch.ready.is_empty() {
             let Some(w) = ch.waiters.pop_front() else { return };
             let req = w.req;
-            let mut result = PullResult { expired: w.expired, ..PullResult::default() };
+            let mut result = PullResult { token: req.token, expired: w.expired, ..PullResult::default() };
             match req.mode {
                 PullMode::Peek => {
                     let now_ns = now_unix_ns();
@@ -400,7 +400,7 @@ impl Queues {
                         ch.waiters.push_front(Waiter { req, deadline: w.deadline, expired: result.expired });
                         return;
                     }
-                    (req.reply)(result);
+                    req.reply.send(result);
                 }
                 // Answered in `pull`, never queued.
                 PullMode::Purge => {}
@@ -420,7 +420,7 @@ impl Queues {
                         return;
                     }
                     let tags: Vec<u64> = if req.mode == PullMode::Reserve { result.messages.iter().map(|m| m.tag).collect() } else { Vec::new() };
-                    if !(req.reply)(result) {
+                    if !req.reply.send(result) {
                         // The asker is gone: what it reserved goes back to the head, in order.
                         for tag in tags.into_iter().rev() {
                             if let Some(f) = ch.inflight.remove(&tag) {
@@ -497,7 +497,7 @@ fn dead_letter(from: &Channel, entry: Entry, cores: usize, out: &mut Outbox) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::msg::ConnId;
+    use crate::mesh::msg::{ConnId, Mailbox};
     use bytes::Bytes;
 
     fn sub(core: usize, conn: u64) -> SubRef {
@@ -710,33 +710,30 @@ mod tests {
 
     #[test]
     fn pulls_reserve_remove_peek_and_purge() {
-        use std::sync::Mutex;
         let mut q = Queues::new(0, 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
-        let got: Arc<Mutex<Vec<PullResult>>> = Arc::default();
-        let pull = |mode, max, wait: u64| {
-            let got = Arc::clone(&got);
-            PullRequest {
-                channel: ch(),
-                holder: sub(usize::MAX, 7),
-                max,
-                wait: Duration::from_millis(wait),
-                mode,
-                reply: Box::new(move |r| {
-                    got.lock().unwrap().push(r);
-                    true
-                }),
-            }
+        let (mailbox, answers) = Mailbox::new();
+        let mut tokens = 0u64;
+        let mut pull = |mode, max, wait: u64| {
+            tokens += 1;
+            let reply = mailbox.clone();
+            PullRequest { channel: ch(), holder: sub(usize::MAX, 7), max, wait: Duration::from_millis(wait), mode, token: tokens, reply }
+        };
+        let answer = |token: u64| {
+            let r: PullResult = answers.try_recv().expect("answered");
+            assert_eq!(r.token, token, "the answer names its pull");
+            r
         };
         // Nothing ready and no wait: answered empty at once.
         q.pull(pull(PullMode::Reserve, 5, 0), now, &mut out);
-        assert!(got.lock().unwrap().pop().unwrap().messages.is_empty());
+        assert!(answer(1).messages.is_empty());
         // A waiting pull takes the first message that arrives, ahead of push consumers.
         q.pull(pull(PullMode::Reserve, 5, 1000), now, &mut out);
+        assert!(answers.try_recv().is_err(), "a waiting pull is not answered before a message comes");
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
         q.send(msg("a"), None, None, now, &mut out);
-        let r = got.lock().unwrap().pop().unwrap();
+        let r = answer(2);
         assert_eq!((r.messages.len(), r.messages[0].seq, r.messages[0].receive_count), (1, 1, 1));
         assert!(out.is_empty(), "the consumer did not get it");
         // Peek leaves messages; remove takes them; purge empties the rest.
@@ -745,14 +742,19 @@ mod tests {
             q.send(msg(b), None, None, now, &mut out);
         }
         q.pull(pull(PullMode::Peek, 2, 0), now, &mut out);
-        assert_eq!(got.lock().unwrap().pop().unwrap().messages.len(), 2);
+        assert_eq!(answer(3).messages.len(), 2);
         q.pull(pull(PullMode::Remove, 1, 0), now, &mut out);
-        assert_eq!(got.lock().unwrap().pop().unwrap().messages[0].msg.body.as_ref(), b"b");
+        assert_eq!(answer(4).messages[0].msg.body.as_ref(), b"b");
         q.pull(pull(PullMode::Purge, 0, 0), now, &mut out);
-        assert_eq!(got.lock().unwrap().pop().unwrap().purged, 2);
+        assert_eq!(answer(5).purged, 2);
         // The reserved "a" goes back to the head when its holder leaves.
         q.unsubscribe(&ch(), sub(usize::MAX, 7), now, &mut out);
         assert_eq!(q.depth(&ch()).ready, 1);
+        // An asker gone before its answer: what the pull reserved goes back at once.
+        let (gone, receiver) = Mailbox::new();
+        drop(receiver);
+        q.pull(PullRequest { channel: ch(), holder: sub(usize::MAX, 8), max: 5, wait: Duration::ZERO, mode: PullMode::Reserve, token: 9, reply: gone }, now, &mut out);
+        assert_eq!(q.depth(&ch()).ready, 1, "the reservation was undone");
     }
 
     fn ticket(token: u64) -> Ticket {

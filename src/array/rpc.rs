@@ -2,7 +2,7 @@
 //! their answer, and timeouts. STOMP is requester-only (seed 003); responders attach through
 //! the array API (`CoreMsg::RegisterResponder`), which the gRPC side uses.
 use super::Outbox;
-use crate::mesh::msg::{CoreMsg, ResponderFn, RpcOutcome, RpcRequest};
+use crate::mesh::msg::{CoreMsg, Mailbox, RpcOutcome, RpcRequest};
 use crate::model::{Channel, Pattern};
 use ahash::AHashMap;
 use bytes::Bytes;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 struct Responder {
     id: u64,
     group: Option<Bytes>,
-    handle: ResponderFn,
+    requests: Mailbox<RpcRequest>,
 }
 
 #[derive(Default)]
@@ -36,10 +36,10 @@ pub struct Rpc {
 }
 
 impl Rpc {
-    pub fn register(&mut self, pattern: Pattern, channel: Channel, id: u64, group: Option<Bytes>, handle: ResponderFn) {
+    pub fn register(&mut self, pattern: Pattern, channel: Channel, id: u64, group: Option<Bytes>, requests: Mailbox<RpcRequest>) {
         let entry = self.responders.entry((pattern, channel)).or_default();
         entry.list.retain(|r| r.id != id);
-        entry.list.push(Responder { id, group, handle });
+        entry.list.push(Responder { id, group, requests });
     }
 
     pub fn unregister(&mut self, pattern: Pattern, channel: &Channel, id: u64) {
@@ -76,7 +76,7 @@ impl Rpc {
             // Group-less responders: all of them.
             e.list.retain(|r| {
                 r.group.is_some() || {
-                    let alive = (r.handle)(&req);
+                    let alive = r.requests.send(req.clone());
                     handed |= alive;
                     alive
                 }
@@ -92,7 +92,7 @@ impl Rpc {
                         break;
                     }
                     let i = members[e.turn % members.len()];
-                    if (e.list[i].handle)(&req) {
+                    if e.list[i].requests.send(req.clone()) {
                         handed = true;
                         break;
                     }
@@ -154,7 +154,6 @@ mod tests {
     use super::*;
     use crate::mesh::msg::{ConnId, SubRef};
     use crate::model::Message;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
     fn req(id: &'static str, timeout_ms: u64) -> RpcRequest {
@@ -203,22 +202,13 @@ mod tests {
     #[test]
     fn responder_gets_request_and_answer_reaches_requester() {
         let mut rpc = Rpc::default();
-        let seen = Arc::new(AtomicUsize::new(0));
-        let s = seen.clone();
-        rpc.register(
-            Pattern::Commands,
-            Channel::from_static("svc"),
-            1,
-            None,
-            Arc::new(move |_r: &RpcRequest| {
-                s.fetch_add(1, Ordering::SeqCst);
-                true
-            }),
-        );
+        let (requests, seen) = Mailbox::new();
+        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, requests);
         let mut out = Outbox::new();
         rpc.request(req("r1", 1000), Instant::now(), &mut out);
         assert!(out.is_empty());
-        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        assert_eq!(seen.try_recv().map(|r: RpcRequest| r.request_id), Ok(Bytes::from_static(b"r1")), "the responder got it");
+        assert!(seen.try_recv().is_err(), "once");
         let answer = RpcOutcome::Response {
             executed: true,
             error: Bytes::new(),
@@ -237,7 +227,8 @@ mod tests {
     #[test]
     fn unanswered_request_times_out() {
         let mut rpc = Rpc::default();
-        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, Arc::new(|_r: &RpcRequest| true));
+        let (requests, _seen) = Mailbox::new();
+        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, requests);
         let t0 = Instant::now();
         let mut out = Outbox::new();
         rpc.request(req("r1", 500), t0, &mut out);
@@ -251,7 +242,9 @@ mod tests {
     #[test]
     fn gone_responder_is_dropped() {
         let mut rpc = Rpc::default();
-        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, Arc::new(|_r: &RpcRequest| false));
+        let (requests, seen) = Mailbox::<RpcRequest>::new();
+        drop(seen);
+        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, requests);
         let mut out = Outbox::new();
         rpc.request(req("r1", 500), Instant::now(), &mut out);
         assert_eq!(outcome(&out), vec![RpcOutcome::NoResponder]);

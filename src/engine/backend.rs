@@ -93,7 +93,9 @@ impl Backend {
             CoreMsg::QueueSend { msg, meta, done } => shard.borrow_mut().queues.send(msg, meta, done, Instant::now(), out),
             CoreMsg::QueuePull(req) => shard.borrow_mut().queues.pull(*req, Instant::now(), out),
             CoreMsg::DeleteChannel { pattern, channel } => shard.borrow_mut().delete(pattern, &channel, out),
-            CoreMsg::ListChannels { pattern, reply } => reply(shard.borrow().stats(pattern)),
+            CoreMsg::ListChannels { pattern, reply } => {
+                reply.send(shard.borrow().stats(pattern));
+            }
             CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch, done } => {
                 let mut shard = shard.borrow_mut();
                 let interest = crate::array::events::Interest { sub, group };
@@ -123,8 +125,8 @@ impl Backend {
             CoreMsg::RpcResponse { request_id, outcome, .. } => {
                 shard.borrow_mut().rpc.respond(&request_id, *outcome, out);
             }
-            CoreMsg::RegisterResponder { pattern, channel, responder_id, group, responder } => {
-                shard.borrow_mut().rpc.register(pattern, channel, responder_id, group, responder)
+            CoreMsg::RegisterResponder { pattern, channel, responder_id, group, requests } => {
+                shard.borrow_mut().rpc.register(pattern, channel, responder_id, group, requests)
             }
             CoreMsg::UnregisterResponder { pattern, channel, responder_id } => shard.borrow_mut().rpc.unregister(pattern, &channel, responder_id),
             CoreMsg::Barrier(t) => announce(Some(t), out),

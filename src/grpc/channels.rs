@@ -8,13 +8,12 @@
 //! declared names with what each core's shard holds (`CoreMsg::ListChannels`).
 use super::bridge::Bridge;
 use super::pb;
-use crate::mesh::msg::{ChannelStats, CoreMsg};
+use crate::mesh::msg::{ChannelStats, CoreMsg, Mailbox};
 use crate::model::{now_unix_ns, Pattern};
 use crate::route::Filter;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
-use tokio::sync::oneshot;
 use tonic::Status;
 
 pub const MANAGEMENT_CHANNEL: &str = "kubemq.cluster.internal.requests";
@@ -90,12 +89,9 @@ fn matches(search: &str, name: &str) -> bool {
 async fn list(b: &Bridge, pattern: Pattern, channel_type: &str, search: &str) -> String {
     let mut found: BTreeMap<String, ChannelStats> = BTreeMap::new();
     for core in 0..b.array.cores() {
-        let (tx, rx) = oneshot::channel();
-        let reply = Box::new(move |stats: Vec<ChannelStats>| {
-            let _ = tx.send(stats);
-        });
+        let (reply, answer) = Mailbox::new();
         if b.array.send(core, CoreMsg::ListChannels { pattern, reply }) {
-            for s in rx.await.unwrap_or_default() {
+            for s in answer.recv_async().await.unwrap_or_default() {
                 found.insert(s.name.to_string(), s);
             }
         }

@@ -11,13 +11,13 @@ use super::bridge::{Bridge, HOLDER_CORE};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::mesh::confirm::Confirmation;
-use crate::mesh::msg::{CoreMsg, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
+use crate::mesh::msg::{CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, Incoming};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 const NANOS: i64 = 1_000_000_000;
@@ -169,13 +169,12 @@ pub fn upstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesUpstreamRequest
 
 /// Sends a pull to the queue's owner and waits for its answer.
 async fn pull(b: &Bridge, channel: Channel, holder: SubRef, max: u32, wait: Duration, mode: PullMode) -> Option<PullResult> {
-    let (tx, rx) = oneshot::channel();
-    let reply = Box::new(move |result: PullResult| tx.send(result).is_ok());
+    let (reply, answer) = Mailbox::new();
     let owner = b.owner_of(Pattern::Queues, &channel);
-    if !b.array.send(owner, CoreMsg::QueuePull(Box::new(PullRequest { channel, holder, max, wait, mode, reply }))) {
+    if !b.array.send(owner, CoreMsg::QueuePull(Box::new(PullRequest { channel, holder, max, wait, mode, token: 0, reply }))) {
         return None;
     }
-    rx.await.ok()
+    answer.recv_async().await.ok()
 }
 
 fn wait_of(seconds: i32) -> Result<Duration, validate::Invalid> {
@@ -266,12 +265,11 @@ impl Transactions {
     }
 }
 
-/// A finished Get, back from the owner core.
-struct GetDone {
+/// A Get sent to its queue's owner, waiting for the answer (`PullResult::token` finds it).
+struct PendingGet {
     request_id: String,
     channel: Channel,
     auto_ack: bool,
-    result: Option<PullResult>,
 }
 
 struct Downstream {
@@ -282,7 +280,10 @@ struct Downstream {
     opened: HashSet<String>,
     /// Every queue this stream reserved from (released when the stream ends).
     channels: HashSet<Channel>,
-    gets: mpsc::UnboundedSender<GetDone>,
+    /// Where the owners answer this stream's Gets, and the Gets still unanswered by token.
+    answers: Mailbox<PullResult>,
+    pending: HashMap<u64, PendingGet>,
+    next_token: u64,
 }
 
 fn error_reply(request_id: &str, kind: i32, error: String) -> pb::QueuesDownstreamResponse {
@@ -306,22 +307,21 @@ impl Downstream {
         let channel = convert::channel_of(&r.channel);
         let mode = if r.auto_ack { PullMode::Remove } else { PullMode::Reserve };
         self.channels.insert(channel.clone());
-        let gets = self.gets.clone();
-        let (request_id, auto_ack, done_channel) = (r.request_id, r.auto_ack, channel.clone());
-        let reply = Box::new(move |result: PullResult| gets.send(GetDone { request_id, channel: done_channel, auto_ack, result: Some(result) }).is_ok());
+        self.next_token += 1;
+        let token = self.next_token;
         let wait = Duration::from_millis(r.wait_timeout as u64);
         let owner = self.b.owner_of(Pattern::Queues, &channel);
-        let req = PullRequest { channel, holder: self.holder, max, wait, mode, reply };
+        let req = PullRequest { channel: channel.clone(), holder: self.holder, max, wait, mode, token, reply: self.answers.clone() };
         if !self.b.array.send(owner, CoreMsg::QueuePull(Box::new(req))) {
             return Some(error_reply("", kind::GET, "Error 405: the array is shutting down".into()));
         }
+        self.pending.insert(token, PendingGet { request_id: r.request_id, channel, auto_ack: r.auto_ack });
         None
     }
 
-    fn got(&mut self, done: GetDone) -> pb::QueuesDownstreamResponse {
-        let Some(result) = done.result else {
-            return error_reply(&done.request_id, kind::GET, "Error 405: the array is shutting down".into());
-        };
+    /// The answer to one of this stream's Gets (none for a token it does not know).
+    fn got(&mut self, result: PullResult) -> Option<pb::QueuesDownstreamResponse> {
+        let done = self.pending.remove(&result.token)?;
         let transaction_id = self.b.unique_id("t");
         let messages: Vec<pb::QueueMessage> = result.messages.iter().map(convert::queue_message).collect();
         let complete = done.auto_ack || result.messages.is_empty();
@@ -331,7 +331,7 @@ impl Downstream {
             self.b.transactions.lock().insert(transaction_id.clone(), Transaction { holder: self.holder, channel: done.channel, open });
             self.opened.insert(transaction_id.clone());
         }
-        pb::QueuesDownstreamResponse {
+        Some(pb::QueuesDownstreamResponse {
             transaction_id,
             ref_request_id: done.request_id,
             request_type_data: kind::GET,
@@ -341,7 +341,7 @@ impl Downstream {
             error: String::new(),
             transaction_complete: complete,
             metadata: HashMap::new(),
-        }
+        })
     }
 
     /// Settles all or some (`range`) of a transaction's open messages.
@@ -441,9 +441,9 @@ impl Downstream {
 /// TransactionStatus always; CloseByClient never (kubemq-grpc.md §7).
 pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamRequest>) -> BoxStream<pb::QueuesDownstreamResponse> {
     let (out, rx) = mpsc::channel(256);
-    let (gets, mut got) = mpsc::unbounded_channel();
+    let (answers, answered) = Mailbox::new();
     let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: 0 };
-    let mut ds = Downstream { b, holder, out, opened: HashSet::new(), channels: HashSet::new(), gets };
+    let mut ds = Downstream { b, holder, out, opened: HashSet::new(), channels: HashSet::new(), answers, pending: HashMap::new(), next_token: 0 };
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -452,9 +452,10 @@ pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamReq
                     // Half-close, cancellation or a broken connection: the stream is over.
                     _ => break,
                 },
-                Some(done) = got.recv() => {
-                    let reply = ds.got(done);
-                    ds.reply(reply).await;
+                Ok(result) = answered.recv_async() => {
+                    if let Some(reply) = ds.got(result) {
+                        ds.reply(reply).await;
+                    }
                 }
                 // The client stopped reading responses.
                 () = ds.out.closed() => break,
@@ -470,12 +471,9 @@ pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamReq
 pub async fn info(b: &Bridge, r: pb::QueuesInfoRequest) -> pb::QueuesInfoResponse {
     let mut queues = Vec::new();
     for core in 0..b.array.cores() {
-        let (tx, rx) = oneshot::channel();
-        let reply = Box::new(move |stats: Vec<crate::mesh::msg::ChannelStats>| {
-            let _ = tx.send(stats);
-        });
+        let (reply, answer) = Mailbox::new();
         if b.array.send(core, CoreMsg::ListChannels { pattern: Pattern::Queues, reply }) {
-            queues.extend(rx.await.unwrap_or_default());
+            queues.extend(answer.recv_async().await.unwrap_or_default());
         }
     }
     let queues: Vec<pb::QueueInfo> = queues

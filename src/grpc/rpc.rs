@@ -8,15 +8,15 @@
 //! to the core holding the pending request. A gRPC requester waits on a one-shot sink attached
 //! to that owner.
 use super::bridge::{Bridge, OnDrop};
-use super::stream::UnboundedStream;
+use super::stream::MailboxStream;
 use super::{pb, validate, BoxStream};
-use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, ResponderFn, RpcOutcome, RpcRequest, SubRef};
+use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, Mailbox, RpcOutcome, RpcRequest, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tonic::Status;
 
 /// Prefix of the reply channels this server hands to responders.
@@ -76,10 +76,9 @@ pub async fn subscribe(b: Arc<Bridge>, s: pb::Subscribe) -> Result<BoxStream<pb:
     let group = (!s.group.is_empty()).then(|| Bytes::from(s.group.into_bytes()));
     let owner = b.owner_of(pattern, &channel);
     let responder_id = b.new_conn().0;
-    let (tx, rx) = mpsc::unbounded_channel::<RpcRequest>();
-    // Runs on the owner core: hand over a cheap clone and convert on the gRPC side.
-    let handle: ResponderFn = Arc::new(move |req: &RpcRequest| tx.send(req.clone()).is_ok());
-    b.array.register_responder(pattern, channel.clone(), responder_id, group, handle);
+    // The owner core hands over a cheap clone of each request; it is converted on this side.
+    let (requests, rx) = Mailbox::<RpcRequest>::new();
+    b.array.register_responder(pattern, channel.clone(), responder_id, group, requests);
     let guard = {
         let b = Arc::clone(&b);
         OnDrop(Some(move || {
@@ -90,7 +89,7 @@ pub async fn subscribe(b: Arc<Bridge>, s: pb::Subscribe) -> Result<BoxStream<pb:
         return Err(Status::unavailable("the array is shutting down"));
     }
     let map = Box::new(move |req: RpcRequest| Ok(request_for_responder(owner, &req)));
-    Ok(Box::pin(UnboundedStream::new(rx, map, guard)))
+    Ok(Box::pin(MailboxStream::new(rx, map, guard)))
 }
 
 /// `SendResponse`: routes a responder's answer to the core holding the request. A late answer

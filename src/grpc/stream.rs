@@ -28,28 +28,25 @@ impl<T, U, G: Unpin> Stream for ChannelStream<T, U, G> {
     }
 }
 
-/// The same over an unbounded channel.
-pub struct UnboundedStream<T, U, G> {
-    rx: mpsc::UnboundedReceiver<T>,
+/// The same over a core's [`Mailbox`](crate::mesh::msg::Mailbox) (unbounded), with a mapping
+/// that may keep state.
+pub struct MailboxStream<T: 'static, U, G> {
+    rx: flume::r#async::RecvStream<'static, T>,
     map: Box<dyn FnMut(T) -> Result<U, Status> + Send>,
     _guard: G,
 }
 
-impl<T, U, G> UnboundedStream<T, U, G> {
-    pub fn new(rx: mpsc::UnboundedReceiver<T>, map: Box<dyn FnMut(T) -> Result<U, Status> + Send>, guard: G) -> Self {
-        UnboundedStream { rx, map, _guard: guard }
+impl<T, U, G> MailboxStream<T, U, G> {
+    pub fn new(rx: flume::Receiver<T>, map: Box<dyn FnMut(T) -> Result<U, Status> + Send>, guard: G) -> Self {
+        MailboxStream { rx: rx.into_stream(), map, _guard: guard }
     }
 }
 
-impl<T, U, G: Unpin> Stream for UnboundedStream<T, U, G> {
+impl<T, U, G: Unpin> Stream for MailboxStream<T, U, G> {
     type Item = Result<U, Status>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        match this.rx.poll_recv(cx) {
-            Poll::Ready(Some(item)) => Poll::Ready(Some((this.map)(item))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+        Pin::new(&mut this.rx).poll_next(cx).map(|item| item.map(&mut this.map))
     }
 }

@@ -5,7 +5,7 @@
 //! receiver works inside glommio, and a send from a foreign thread wakes the core through its
 //! waker (glommio turns foreign wakes into an eventfd write). This path carries gRPC traffic,
 //! never the STOMP hot path, so flume's short internal lock is acceptable.
-use super::msg::{CoreId, CoreMsg, ResponderFn, RpcOutcome};
+use super::msg::{CoreId, CoreMsg, Mailbox, RpcOutcome, RpcRequest};
 use crate::model::{Channel, Pattern};
 use bytes::Bytes;
 
@@ -34,9 +34,9 @@ impl ArrayHandle {
     }
 
     /// Attaches a responder to a Commands/Queries channel.
-    pub fn register_responder(&self, pattern: Pattern, channel: Channel, responder_id: u64, group: Option<Bytes>, responder: ResponderFn) -> bool {
+    pub fn register_responder(&self, pattern: Pattern, channel: Channel, responder_id: u64, group: Option<Bytes>, requests: Mailbox<RpcRequest>) -> bool {
         let owner = self.owner_of(pattern, &channel);
-        self.send(owner, CoreMsg::RegisterResponder { pattern, channel, responder_id, group, responder })
+        self.send(owner, CoreMsg::RegisterResponder { pattern, channel, responder_id, group, requests })
     }
 
     pub fn unregister_responder(&self, pattern: Pattern, channel: Channel, responder_id: u64) -> bool {

@@ -82,10 +82,37 @@ pub struct RpcRequest {
     pub span: Bytes,
 }
 
-/// A responder attached to a Commands/Queries channel (the gRPC API registers these). The
-/// callback must not block: it hands the request to the responder's own queue and returns
-/// false if that queue is gone, so the owner can try another responder.
-pub type ResponderFn = Arc<dyn Fn(&RpcRequest) -> bool + Send + Sync>;
+/// A typed channel from a core to a task outside the cores: the answer to a pull or a channel
+/// listing, or the request feed of a responder. Data, not a callback: the core only sends and
+/// never runs the asker's code on its thread. Unbounded, so a send never blocks a core; it
+/// fails when the receiver is gone (the asker left), which tells the core to undo what it did
+/// for it (put reserved messages back, try another responder).
+pub struct Mailbox<T>(flume::Sender<T>);
+
+impl<T> Mailbox<T> {
+    /// A mailbox and the receiver its owner reads (blocking, with a timeout, or async).
+    pub fn new() -> (Mailbox<T>, flume::Receiver<T>) {
+        let (tx, rx) = flume::unbounded();
+        (Mailbox(tx), rx)
+    }
+
+    /// False when the receiver is gone.
+    pub fn send(&self, value: T) -> bool {
+        self.0.send(value).is_ok()
+    }
+}
+
+impl<T> Clone for Mailbox<T> {
+    fn clone(&self) -> Self {
+        Mailbox(self.0.clone())
+    }
+}
+
+impl<T> std::fmt::Debug for Mailbox<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Mailbox")
+    }
+}
 
 /// What a queue settlement does to the deliveries it names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,16 +172,14 @@ pub struct Pulled {
 
 #[derive(Debug, Default)]
 pub struct PullResult {
+    /// The `token` of the request it answers.
+    pub token: u64,
     pub messages: Vec<Pulled>,
     /// Expired messages discarded while collecting.
     pub expired: u32,
     /// `Purge`: how many messages were removed.
     pub purged: u64,
 }
-
-/// Receives a pull's result on the owner core. Must not block; returns false when the asker
-/// is gone, and then reserved messages are put back.
-pub type PullReply = Box<dyn FnOnce(PullResult) -> bool + Send>;
 
 pub struct PullRequest {
     pub channel: Channel,
@@ -164,7 +189,11 @@ pub struct PullRequest {
     /// How long to wait for a first message when none is ready.
     pub wait: std::time::Duration,
     pub mode: PullMode,
-    pub reply: PullReply,
+    /// The asker's own number for this pull, echoed in its `PullResult` (one mailbox may
+    /// collect the answers to many pulls).
+    pub token: u64,
+    /// Where the answer goes, once. If the asker is gone by then, reserved messages go back.
+    pub reply: Mailbox<PullResult>,
 }
 
 /// A channel as channel management lists it.
@@ -177,8 +206,11 @@ pub struct ChannelStats {
     pub subscribers: u64,
 }
 
-/// A delivery target outside the cores (see `CoreMsg::AttachSink`). Called on the core
-/// thread: implementations hand off to their own queue and never block.
+/// A delivery target outside the cores (see `CoreMsg::AttachSink`), as a STOMP connection is one
+/// inside them (`engine::endpoint::Endpoint`). A trait object, not a mailbox, because a
+/// delivery needs an answer at once, on the core thread: whether the sink parked it (holding
+/// its publisher's ticket) or took it. Implementations hand off to their own queue and never
+/// block.
 pub trait ExternalSink: Send + Sync {
     /// An Events / Events-Store delivery. True when the sink parked it while holding `ticket`:
     /// it then owes the delivering core a `CoreMsg::SinkSettled` for that ticket once the
@@ -239,7 +271,7 @@ pub enum CoreMsg {
         done: Option<Ticket>,
     },
     /// A pull-mode receive (gRPC `QueuesDownstream` Get, `ReceiveQueueMessages`,
-    /// `AckAllQueueMessages`): answered once, through the request's callback.
+    /// `AckAllQueueMessages`): answered once, into the request's mailbox.
     QueuePull(Box<PullRequest>),
     /// A Commands/Queries request for the owner to hand to a responder.
     RpcRequest(Box<RpcRequest>),
@@ -250,13 +282,14 @@ pub enum CoreMsg {
         request_id: Bytes,
         outcome: Box<RpcOutcome>,
     },
-    /// Attach a responder to (pattern, channel).
+    /// Attach a responder to (pattern, channel): requests for it go into `requests` (a
+    /// failed send means the responder is gone, and the owner tries another).
     RegisterResponder {
         pattern: Pattern,
         channel: Channel,
         responder_id: u64,
         group: Option<Bytes>,
-        responder: ResponderFn,
+        requests: Mailbox<RpcRequest>,
     },
     UnregisterResponder {
         pattern: Pattern,
@@ -282,7 +315,7 @@ pub enum CoreMsg {
     /// Which channels of `pattern` this core owns, with counters (channel management).
     ListChannels {
         pattern: Pattern,
-        reply: Box<dyn FnOnce(Vec<ChannelStats>) + Send>,
+        reply: Mailbox<Vec<ChannelStats>>,
     },
 
     /// Answered with `Done` once everything sent before it on this path has been handled:

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use stompgate::mesh::msg::{CoreMsg, ResponderFn, RpcRequest};
+use stompgate::mesh::msg::{CoreMsg, Mailbox, RpcRequest};
 use stompgate::model::{now_unix_ns, Channel, Message, Pattern, Tags};
 
 /// How long a test waits to be sure nothing (more) arrives.
@@ -207,14 +207,12 @@ pub fn sync_array(server: &TestServer, core: usize) {
 
 /// Registers a responder on (pattern, channel) that forwards each request to the returned
 /// receiver (the test answers with `array().respond`), and waits until it is attached.
-pub fn forwarding_responder(server: &TestServer, pattern: Pattern, channel: &str) -> std::sync::mpsc::Receiver<RpcRequest> {
+pub fn forwarding_responder(server: &TestServer, pattern: Pattern, channel: &str) -> flume::Receiver<RpcRequest> {
     static ID: AtomicU64 = AtomicU64::new(1);
-    let (tx, rx) = std::sync::mpsc::channel::<RpcRequest>();
-    let tx = std::sync::Mutex::new(tx);
-    let responder: ResponderFn = Arc::new(move |r: &RpcRequest| tx.lock().unwrap().send(r.clone()).is_ok());
+    let (requests, rx) = Mailbox::new();
     let ch = Channel(Bytes::from(channel.to_string()));
     let array = server.array();
-    assert!(array.register_responder(pattern, ch, ID.fetch_add(1, Ordering::Relaxed), None, responder));
+    assert!(array.register_responder(pattern, ch, ID.fetch_add(1, Ordering::Relaxed), None, requests));
     sync_array(server, owner(server, pattern, channel));
     rx
 }
