@@ -81,6 +81,12 @@ pub(super) struct Cli {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub(super) rpc_max_pending: Option<String>,
 
+    /// Seconds a new connection has to complete CONNECT; then it is closed (a bare close if it
+    /// sent nothing, else ERROR "not connected"). Must be >= 1. Default 10.
+    /// Env CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS. TOML key: connect_timeout_s.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub(super) connect_timeout_s: Option<String>,
+
     /// KubeMQ gRPC array API listener (IP:PORT), for native KubeMQ SDK clients; `off` disables
     /// it. Serves all five patterns (service kubemq.kubemq) on the same channels STOMP clients
     /// use. Default 0.0.0.0:50000. No env. TOML key: grpc_addr.
@@ -167,6 +173,7 @@ mod tests {
             env::QUEUE_ACK_TIMEOUT_SECONDS,
             env::RPC_TIMEOUT_SECONDS,
             env::RPC_MAX_PENDING,
+            env::CONNECT_TIMEOUT_SECONDS,
         ] {
             assert!(help.contains(name), "help lacks {name}");
         }
