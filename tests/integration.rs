@@ -5,6 +5,7 @@
 
 mod common;
 
+mod admission;
 mod channel_rule_over_the_wire;
 mod codec_props;
 mod completion_cores;
