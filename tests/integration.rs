@@ -24,6 +24,7 @@ mod heart_beat_props;
 mod heartbeats;
 mod load_rpc;
 mod load_scenarios;
+mod metrics_listener;
 mod queue_never_loses_or_duplicates;
 mod queues;
 mod receipts_errors;

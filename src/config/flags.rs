@@ -133,7 +133,8 @@ pub(super) struct Cli {
 
     /// Serve Prometheus metrics at http://IP:PORT/metrics: per-core connections, frames,
     /// deliveries and drops, and in remote-array mode each core's egress streams (wanted,
-    /// connected, reconnects, unconfirmed, failed). `off` (the default) serves none. No env.
+    /// connected, reconnects, unconfirmed, failed); other paths get 404. `off` (the default)
+    /// serves none. No env.
     /// TOML key: metrics_addr.
     #[arg(long, value_name = "IP:PORT|off")]
     pub(super) metrics_addr: Option<String>,
