@@ -42,6 +42,35 @@ fn a_half_sent_connect_gets_not_connected_at_the_deadline() {
 }
 
 #[test]
+fn a_connect_trickled_byte_by_byte_is_cut_at_the_deadline() {
+    // The deadline runs from accept, not from the last byte: a trickle does not extend it.
+    let server = server_with_connect_timeout(1);
+    let start = Instant::now();
+    let mut c = server.client();
+    c.send_raw(b"CONNECT\naccept-version:1.2\nx-pad:");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickler = {
+        let (mut out, done) = (c.stream.try_clone().unwrap(), std::sync::Arc::clone(&done));
+        std::thread::spawn(move || {
+            use std::io::Write;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < Duration::from_secs(5) {
+                if out.write_all(b"a").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let f = c.frame();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let lived = start.elapsed();
+    assert_eq!(f.header("message"), Some("not connected"), "{f:?}");
+    assert!(lived >= Duration::from_secs(1), "refused before the deadline, after {lived:?}");
+    assert!(lived <= Duration::from_secs(1) + DEADLINE_SLACK, "refused {lived:?} after accept, deadline 1 s");
+    trickler.join().unwrap();
+}
+
+#[test]
 fn a_connected_session_outlives_the_connect_deadline() {
     let server = server_with_connect_timeout(1);
     let mut c = server.connected();
