@@ -212,3 +212,68 @@ fn at_the_fd_limit_new_clients_are_refused_promptly_and_the_log_stays_quiet() {
     assert!((1..=2).contains(&warnings), "{warnings} `accept failed` lines:\n{log}");
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// VmRSS of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS line");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_thousand_silent_and_half_sent_sockets_cost_bounded_memory_and_expire() {
+    const SOCKETS: usize = 1000;
+    let gw = Gateway::spawn(&["--connect-timeout-s", "6"], None);
+    let mut canary = Client::open(gw.stomp_addr);
+    assert_eq!(canary.connect("1.2").command, "CONNECTED");
+    // The start-up probe's socket closes on its own time: wait for the count to settle.
+    let mut baseline_fds = gw.open_fds();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = gw.open_fds();
+        if now == baseline_fds {
+            break;
+        }
+        baseline_fds = now;
+    }
+    let start = Instant::now();
+    let mut sockets: Vec<Client> = (0..SOCKETS)
+        .map(|i| {
+            let mut c = Client::open(gw.stomp_addr);
+            if i % 2 == 1 {
+                c.send_raw(b"CONNECT\naccept-version:1.2\nhost:");
+            }
+            c
+        })
+        .collect();
+    // Every socket is held by the gateway (accepted) before the deadline...
+    while gw.open_fds() < baseline_fds + SOCKETS {
+        assert!(start.elapsed() < Duration::from_secs(5), "only {} of {SOCKETS} sockets accepted", gw.open_fds() - baseline_fds);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ...while the canary keeps round-tripping and memory stays small.
+    let round_trip = Instant::now();
+    assert_alive(&mut canary);
+    assert!(round_trip.elapsed() < Duration::from_secs(1), "canary round trip took {:?}", round_trip.elapsed());
+    let rss_mib = rss_kib(gw.pid()) / 1024;
+    eprintln!("{SOCKETS} pre-CONNECT sockets: gateway RSS {rss_mib} MiB");
+    assert!(rss_mib < 150, "RSS {rss_mib} MiB with {SOCKETS} pre-CONNECT sockets open");
+    // At the deadline they are all gone; the canary stays.
+    while gw.open_fds() > baseline_fds {
+        assert!(
+            start.elapsed() < Duration::from_secs(6) + DEADLINE_SLACK + Duration::from_secs(1),
+            "{} pre-CONNECT sockets still open {:?} after they were opened",
+            gw.open_fds() - baseline_fds,
+            start.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (i, c) in sockets.iter_mut().enumerate().step_by(25) {
+        if i % 2 == 1 {
+            expect_error_close(c, "not connected");
+        } else {
+            assert!(c.closed(), "silent socket {i} still open");
+        }
+    }
+    assert_alive(&mut canary);
+}
