@@ -1,21 +1,31 @@
 //! Prometheus metrics (`--metrics-addr IP:PORT`, off by default): per-core gateway counters and,
-//! in remote-array mode, each core's egress state. Scrape `http://IP:PORT/metrics`.
+//! in remote-array mode, each core's egress state. Scrape `http://IP:PORT/metrics` (the
+//! listener, with its bounds, is [`http`]).
 //!
 //! Every metric carries a `core` label. The cores keep their counters in plain `Cell`s (no
 //! atomics on the hot path) and copy them to the exporter on their 100 ms housekeeping tick;
 //! the egress threads update theirs as things happen (connects, breaks, confirmations), which
 //! is far from the per-message path. Without `--metrics-addr` no recorder is installed and
 //! every handle below is a no-op.
+pub mod http;
+
 use metrics::{counter, gauge, Counter, Gauge};
 use std::net::SocketAddr;
 
-/// Starts the HTTP exporter (on its own thread) and installs it as the process's recorder.
-/// Must run before the cores and egress threads take their handles.
+/// Installs the Prometheus recorder as the process's and starts the `/metrics` listener on its
+/// own thread. Must run before the cores and egress threads take their handles.
 ///
 /// # Errors
-/// The listener cannot be bound, or a recorder is already installed.
+/// The listener cannot be bound, its thread or runtime cannot start, or a recorder is already
+/// installed.
 pub fn install(addr: SocketAddr) -> Result<(), String> {
-    metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr).install().map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
+    let fail = |e: &dyn std::fmt::Display| format!("cannot serve metrics on {addr}: {e}");
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| fail(&e))?;
+    listener.set_nonblocking(true).map_err(|e| fail(&e))?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| fail(&e))?;
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().map_err(|e| fail(&e))?;
+    std::thread::Builder::new().name("stompgate-metrics".into()).spawn(move || runtime.block_on(http::serve(listener, handle))).map_err(|e| fail(&e))?;
+    Ok(())
 }
 
 /// A core's counters, published from its `Metrics` cells on each tick.

@@ -19,7 +19,7 @@ struct Setting {
     get: fn(&Config) -> u64,
 }
 
-const SETTINGS: [Setting; 8] = [
+const SETTINGS: [Setting; 9] = [
     Setting { flag: "--heartbeat-ms", env: Some("CONNECTORS_STOMP_HEARTBEAT_MS"), key: "heartbeat_ms", min: 0, get: |c| c.heartbeat_ms },
     Setting { flag: "--max-connections", env: Some("CONNECTORS_STOMP_MAX_CONNECTIONS"), key: "max_connections", min: 0, get: |c| c.max_connections as u64 },
     Setting { flag: "--max-body-size", env: Some("CONNECTORS_STOMP_MAX_BODY_SIZE"), key: "max_body_size", min: 1, get: |c| c.max_body_size as u64 },
@@ -34,6 +34,13 @@ const SETTINGS: [Setting; 8] = [
     Setting { flag: "--rpc-timeout-s", env: Some("CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS"), key: "rpc_timeout_s", min: 1, get: |c| c.rpc_timeout_s },
     Setting { flag: "--rpc-max-pending", env: Some("CONNECTORS_STOMP_RPC_MAX_PENDING"), key: "rpc_max_pending", min: 1, get: |c| c.rpc_max_pending as u64 },
     Setting { flag: "--grpc-threads", env: None, key: "grpc_threads", min: 1, get: |c| c.grpc_threads as u64 },
+    Setting {
+        flag: "--connect-timeout-s",
+        env: Some("CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS"),
+        key: "connect_timeout_s",
+        min: 1,
+        get: |c| c.connect_timeout_s,
+    },
 ];
 
 const ONLINE: [usize; 6] = [0, 1, 2, 3, 5, 8];

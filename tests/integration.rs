@@ -5,6 +5,7 @@
 
 mod common;
 
+mod admission;
 mod channel_rule_over_the_wire;
 mod codec_props;
 mod completion_cores;
@@ -23,6 +24,7 @@ mod heart_beat_props;
 mod heartbeats;
 mod load_rpc;
 mod load_scenarios;
+mod metrics_listener;
 mod queue_never_loses_or_duplicates;
 mod queues;
 mod receipts_errors;

@@ -81,6 +81,12 @@ pub(super) struct Cli {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub(super) rpc_max_pending: Option<String>,
 
+    /// Seconds a new connection has to complete CONNECT; then it is closed (a bare close if it
+    /// sent nothing, else ERROR "not connected"). Must be >= 1. Default 10.
+    /// Env CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS. TOML key: connect_timeout_s.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub(super) connect_timeout_s: Option<String>,
+
     /// KubeMQ gRPC array API listener (IP:PORT), for native KubeMQ SDK clients; `off` disables
     /// it. Serves all five patterns (service kubemq.kubemq) on the same channels STOMP clients
     /// use. Default 0.0.0.0:50000. No env. TOML key: grpc_addr.
@@ -127,7 +133,8 @@ pub(super) struct Cli {
 
     /// Serve Prometheus metrics at http://IP:PORT/metrics: per-core connections, frames,
     /// deliveries and drops, and in remote-array mode each core's egress streams (wanted,
-    /// connected, reconnects, unconfirmed, failed). `off` (the default) serves none. No env.
+    /// connected, reconnects, unconfirmed, failed); other paths get 404. `off` (the default)
+    /// serves none. No env.
     /// TOML key: metrics_addr.
     #[arg(long, value_name = "IP:PORT|off")]
     pub(super) metrics_addr: Option<String>,
@@ -167,6 +174,7 @@ mod tests {
             env::QUEUE_ACK_TIMEOUT_SECONDS,
             env::RPC_TIMEOUT_SECONDS,
             env::RPC_MAX_PENDING,
+            env::CONNECT_TIMEOUT_SECONDS,
         ] {
             assert!(help.contains(name), "help lacks {name}");
         }

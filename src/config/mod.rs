@@ -49,6 +49,8 @@ pub struct Config {
     pub queue_ack_timeout_s: u64,
     pub rpc_timeout_s: u64,
     pub rpc_max_pending: usize,
+    /// Seconds a new connection has to complete CONNECT before it is closed (slowloris).
+    pub connect_timeout_s: u64,
     /// KubeMQ gRPC array API listener (default 0.0.0.0:50000); `None` = off.
     pub grpc_addr: Option<SocketAddr>,
     /// Worker threads of the gRPC server's own tokio runtime.
@@ -114,6 +116,7 @@ impl Default for Config {
             queue_ack_timeout_s: 30,
             rpc_timeout_s: 30,
             rpc_max_pending: 1024,
+            connect_timeout_s: 10,
             grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
             grpc_threads: 1,
             grpc_tls: None,

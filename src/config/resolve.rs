@@ -53,6 +53,7 @@ impl Config {
             queue_ack_timeout_s: uint!(queue_ack_timeout_s, "queue-ack-timeout-s", Some(env::QUEUE_ACK_TIMEOUT_SECONDS), 1),
             rpc_timeout_s: uint!(rpc_timeout_s, "rpc-timeout-s", Some(env::RPC_TIMEOUT_SECONDS), 1),
             rpc_max_pending: uint!(rpc_max_pending, "rpc-max-pending", Some(env::RPC_MAX_PENDING), 1),
+            connect_timeout_s: uint!(connect_timeout_s, "connect-timeout-s", Some(env::CONNECT_TIMEOUT_SECONDS), 1),
             grpc_addr: match src.pick("grpc-addr", &cli.grpc_addr, None, "grpc_addr") {
                 None => d.grpc_addr,
                 Some((raw, source)) => match text(&raw, source)? {

@@ -17,6 +17,7 @@ pub mod env {
     pub const QUEUE_ACK_TIMEOUT_SECONDS: &str = "CONNECTORS_STOMP_QUEUE_ACK_TIMEOUT_SECONDS";
     pub const RPC_TIMEOUT_SECONDS: &str = "CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS";
     pub const RPC_MAX_PENDING: &str = "CONNECTORS_STOMP_RPC_MAX_PENDING";
+    pub const CONNECT_TIMEOUT_SECONDS: &str = "CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS";
     /// The remote array's auth token (kept out of the command line, where `ps` shows it).
     pub const ARRAY_TOKEN: &str = "STOMPGATE_ARRAY_TOKEN";
     /// The token the gRPC listener requires (same reason).
@@ -24,7 +25,7 @@ pub mod env {
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 20] = [
+pub const TOML_KEYS: [&str; 21] = [
     "stomp_addr",
     "cores",
     "cpus",
@@ -36,6 +37,7 @@ pub const TOML_KEYS: [&str; 20] = [
     "queue_ack_timeout_s",
     "rpc_timeout_s",
     "rpc_max_pending",
+    "connect_timeout_s",
     "grpc_addr",
     "grpc_threads",
     "grpc_tls_cert",

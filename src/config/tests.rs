@@ -54,6 +54,7 @@ fn defaults() {
     assert_eq!(c.queue_ack_timeout_s, 30);
     assert_eq!(c.rpc_timeout_s, 30);
     assert_eq!(c.rpc_max_pending, 1024);
+    assert_eq!(c.connect_timeout_s, 10);
 }
 
 #[test]
@@ -75,6 +76,7 @@ fn each_flag() {
     assert_eq!(parse(&["--queue-ack-timeout-s", "5"]).unwrap().queue_ack_timeout_s, 5);
     assert_eq!(parse(&["--rpc-timeout-s", "6"]).unwrap().rpc_timeout_s, 6);
     assert_eq!(parse(&["--rpc-max-pending", "8"]).unwrap().rpc_max_pending, 8);
+    assert_eq!(parse(&["--connect-timeout-s", "3"]).unwrap().connect_timeout_s, 3);
 }
 
 #[test]
@@ -92,6 +94,7 @@ fn each_env_name() {
             ("CONNECTORS_STOMP_QUEUE_ACK_TIMEOUT_SECONDS", "4"),
             ("CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS", "5"),
             ("CONNECTORS_STOMP_RPC_MAX_PENDING", "6"),
+            ("CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS", "7"),
         ],
     )
     .unwrap();
@@ -108,6 +111,7 @@ fn each_env_name() {
             queue_ack_timeout_s: 4,
             rpc_timeout_s: 5,
             rpc_max_pending: 6,
+            connect_timeout_s: 7,
             grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
             grpc_threads: 1,
             grpc_tls: None,
@@ -140,6 +144,7 @@ sub_buff_size = 11
 queue_ack_timeout_s = 12
 rpc_timeout_s = 13
 rpc_max_pending = 14
+connect_timeout_s = 15
 grpc_addr = "127.0.0.1:7101"
 grpc_threads = 2
 grpc_token = "s3cret"
@@ -160,6 +165,7 @@ metrics_addr = "127.0.0.1:9100"
             queue_ack_timeout_s: 12,
             rpc_timeout_s: 13,
             rpc_max_pending: 14,
+            connect_timeout_s: 15,
             grpc_addr: Some("127.0.0.1:7101".parse().unwrap()),
             grpc_threads: 2,
             grpc_tls: None,
@@ -211,6 +217,8 @@ fn bad_values_are_rejected_with_the_setting_and_source() {
     assert_eq!(err(&["--queue-ack-timeout-s", "0"], &[]), "invalid --queue-ack-timeout-s: must be at least 1");
     assert_eq!(err(&["--rpc-timeout-s", "0"], &[]), "invalid --rpc-timeout-s: must be at least 1");
     assert_eq!(err(&["--rpc-max-pending", "0"], &[]), "invalid --rpc-max-pending: must be at least 1");
+    assert_eq!(err(&["--connect-timeout-s", "0"], &[]), "invalid --connect-timeout-s: must be at least 1");
+    assert_eq!(err(&[], &[("CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS", "0")]), "invalid CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS: must be at least 1");
     assert!(err(&["--heartbeat-ms", "-1"], &[]).starts_with("invalid --heartbeat-ms: "));
     assert!(err(&["--max-connections", "lots"], &[]).starts_with("invalid --max-connections: "));
     assert!(err(&["--heartbeat-ms", "99999999999999999999999"], &[]).starts_with("invalid --heartbeat-ms: "));
@@ -231,6 +239,7 @@ fn bad_values_are_rejected_with_the_setting_and_source() {
         "CONNECTORS_STOMP_QUEUE_ACK_TIMEOUT_SECONDS",
         "CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS",
         "CONNECTORS_STOMP_RPC_MAX_PENDING",
+        "CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS",
     ] {
         assert!(err(&[], &[(e, "x")]).starts_with(&format!("invalid {e}: ")), "{e}");
     }

@@ -3,6 +3,7 @@
 //! write for every frame queued since the last), and the delivery side the core calls
 //! ([`deliver`], through [`Endpoint`]). All protocol decisions are the [`Session`]'s: the
 //! connection carries out its [`Action`]s.
+mod admission;
 pub mod deliver;
 pub mod read;
 pub mod stream;
@@ -41,6 +42,9 @@ pub struct Conn {
     state: Cell<State>,
     /// Heart-beat intervals in ms after negotiation: (server sends every, client must send every).
     heartbeat: Cell<(u64, u64)>,
+    /// When the socket was accepted (the pre-CONNECT deadline runs from here).
+    accepted_at: Instant,
+    /// Set on every read that brought bytes; still `accepted_at` if the peer sent nothing.
     last_read: Cell<Instant>,
     last_write: Cell<Instant>,
     wq: RefCell<WriteQueue>,
@@ -50,14 +54,18 @@ pub struct Conn {
     session: RefCell<Session>,
     /// The session's actions, reused frame after frame (no allocation per frame).
     actions: RefCell<Vec<Action>>,
+    /// This connection's place among the connected sessions (`--max-connections`).
+    slot: admission::SessionSlot,
 }
 
 /// The session's view of the process: this core.
 struct CoreHost<'a>(&'a Core);
 
 impl Host for CoreHost<'_> {
+    /// Connected sessions, counting the one whose CONNECT is being handled (its slot is taken
+    /// first: see `admission`). Sockets that never sent CONNECT do not count.
     fn open_connections(&self) -> usize {
-        self.0.shared.connections.load(Ordering::Relaxed)
+        self.0.shared.sessions.load(Ordering::Relaxed)
     }
     fn new_message_id(&self) -> Bytes {
         self.0.new_message_id()
@@ -75,6 +83,7 @@ impl Conn {
             fd,
             state: Cell::new(State::Open),
             heartbeat: Cell::new((0, 0)),
+            accepted_at: now,
             last_read: Cell::new(now),
             last_write: Cell::new(now),
             wq: RefCell::new(WriteQueue::default()),
@@ -82,6 +91,7 @@ impl Conn {
             write_blocked: Cell::new(false),
             session: RefCell::new(session),
             actions: RefCell::new(Vec::new()),
+            slot: admission::SessionSlot::default(),
         }
     }
 
@@ -99,7 +109,15 @@ impl Conn {
     /// connection must stop reading.
     fn on_frame(&self, core: &Rc<Core>, frame: crate::stomp::Frame, decoder: &mut crate::stomp::Decoder) -> bool {
         let mut actions = self.actions.take();
+        let connecting = admission::opens_session(frame.command) && self.session.borrow().state() == crate::session::State::AwaitingConnect;
+        if connecting {
+            self.slot.take(&core.shared);
+        }
         let keep_going = self.session.borrow_mut().handle(frame, &CoreHost(core), &mut actions);
+        if connecting && self.session.borrow().state() != crate::session::State::Connected {
+            // Refused (version, limit, heart-beat header): it never was a session.
+            self.slot.give_back(&core.shared);
+        }
         for a in &actions {
             if let Action::Connected { version, .. } = a {
                 decoder.set_version(*version);
@@ -221,6 +239,7 @@ impl Endpoint for Conn {
             core.confirm_parked(t);
         }
         self.heartbeat_tick(now);
+        self.connect_deadline_tick(core, now);
     }
 
     fn shut_down(&self, core: &Rc<Core>) {
@@ -265,6 +284,7 @@ pub async fn serve(core: Rc<Core>, stream: glommio::net::TcpStream) {
         stream::shutdown_both(fd);
     }
     core.detach(id);
+    conn.slot.give_back(&core.shared);
     core.shared.connections.fetch_sub(1, Ordering::Relaxed);
     tracing::debug!(core = core.id, conn = id.0, "connection closed");
 }

@@ -7,7 +7,10 @@ use std::sync::Arc;
 #[derive(Default)]
 pub struct Shared {
     pub shutdown: Arc<AtomicBool>,
+    /// Accepted STOMP sockets, connected or not.
     pub connections: AtomicUsize,
+    /// Connected STOMP sessions (past CONNECT): what `--max-connections` limits.
+    pub sessions: AtomicUsize,
 }
 
 impl Shared {

@@ -7,6 +7,8 @@
 //! io_uring (eventfd), so an idle core sleeps instead of polling. crossbeam-channel would need
 //! a blocking receive or polling on the executor thread.
 
+mod accept;
+
 use crate::config::Config;
 use crate::conn;
 use crate::engine::metrics::Shared;
@@ -16,6 +18,7 @@ use crate::mesh::msg::CoreMsg;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -172,31 +175,51 @@ fn reserve_addr(addr: SocketAddr) -> Result<(SocketAddr, Option<std::net::TcpLis
         return Ok((addr, None));
     }
     let bind_err = |source| StartError::Bind { addr, source };
+    let sock = std::net::TcpListener::from(bound_reuseport_socket(addr).map_err(bind_err)?);
+    let bound = sock.local_addr().map_err(bind_err)?;
+    Ok((bound, Some(sock)))
+}
+
+/// A TCP socket with SO_REUSEPORT, bound to `addr` (not listening yet).
+fn bound_reuseport_socket(addr: SocketAddr) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
     let fd = unsafe {
-        // SAFETY: plain socket(2); the descriptor is owned by the TcpListener below.
+        // SAFETY: plain socket(2); the descriptor is owned by the OwnedFd below.
         libc::socket(if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 }, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
     };
     if fd < 0 {
-        return Err(bind_err(std::io::Error::last_os_error()));
+        return Err(std::io::Error::last_os_error());
     }
-    use std::os::fd::FromRawFd;
     // SAFETY: `fd` is a fresh socket we own.
-    let sock = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
     let one: libc::c_int = 1;
     // SAFETY: setsockopt with a c_int option value of the right size.
     let rc = unsafe {
         libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, &one as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32)
     };
     if rc != 0 {
-        return Err(bind_err(std::io::Error::last_os_error()));
+        return Err(std::io::Error::last_os_error());
     }
     let (storage, len) = sockaddr_of(addr);
     // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
     if unsafe { libc::bind(fd, &storage as *const _ as *const libc::sockaddr, len) } != 0 {
-        return Err(bind_err(std::io::Error::last_os_error()));
+        return Err(std::io::Error::last_os_error());
     }
-    let bound = sock.local_addr().map_err(bind_err)?;
-    Ok((bound, Some(sock)))
+    Ok(sock)
+}
+
+/// This core's STOMP listener (SO_REUSEPORT, like glommio's own `bind`), with its descriptor:
+/// glommio's listener does not expose it, and the accept loop needs it at the fd limit.
+fn listen_on(addr: SocketAddr) -> std::io::Result<(glommio::net::TcpListener, std::os::fd::RawFd)> {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let sock = bound_reuseport_socket(addr)?;
+    // SAFETY: listen(2) on a bound socket we own.
+    if unsafe { libc::listen(sock.as_raw_fd(), 1024) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = sock.into_raw_fd();
+    // SAFETY: `fd` is a bound, listening socket whose ownership passes to the listener.
+    Ok((unsafe { glommio::net::TcpListener::from_raw_fd(fd) }, fd))
 }
 
 fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -264,10 +287,10 @@ async fn run_core(
         }
     };
     let id = senders.peer_id();
-    let listener = match glommio::net::TcpListener::bind(addr) {
+    let (listener, listener_fd) = match listen_on(addr) {
         Ok(l) => l,
-        Err(e) => {
-            let _ = ready.send(Err(StartError::Bind { addr, source: std::io::Error::other(e.to_string()) }));
+        Err(source) => {
+            let _ = ready.send(Err(StartError::Bind { addr, source }));
             return;
         }
     };
@@ -333,6 +356,7 @@ async fn run_core(
     };
 
     // Accept until shutdown.
+    let mut guard = accept::AcceptGuard::new(id);
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             core.stopping.wait().await;
@@ -342,14 +366,14 @@ async fn run_core(
         match accepted {
             None => break,
             Some(Ok(stream)) => {
+                guard.accepted();
                 shared.connections.fetch_add(1, Ordering::Relaxed);
                 glommio::spawn_local(conn::serve(Rc::clone(&core), stream)).detach();
             }
-            Some(Err(e)) => {
-                tracing::warn!(core = id, error = %e, "accept failed");
-                // Out of descriptors and the like: give the system a moment.
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-            }
+            Some(Err(e)) => match guard.failed(listener_fd, std::io::Error::from(e)) {
+                accept::Next::Retry => {}
+                accept::Next::Wait(pause) => glommio::timer::sleep(pause).await,
+            },
         }
     }
     drop(listener);

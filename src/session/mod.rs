@@ -37,7 +37,7 @@ pub use subscription::{AckMode, ParkedEvent, Subscription, Subscriptions};
 
 /// What the session needs from the process around it.
 pub trait Host {
-    /// Client connections open in the process now (MaxConnections).
+    /// Connected sessions in the process now, counting the one being connected (MaxConnections).
     fn open_connections(&self) -> usize;
     /// A process-unique message id.
     fn new_message_id(&self) -> Bytes;

@@ -6,6 +6,7 @@
 //! responders), `grpc` (the KubeMQ gRPC harness and client helpers), `metrics` (scraping the exporter).
 #![allow(dead_code)]
 
+pub mod child;
 pub mod flow;
 pub mod grpc;
 pub mod metrics;
