@@ -23,6 +23,7 @@ mod heart_beat_props;
 mod heartbeats;
 mod load_rpc;
 mod load_scenarios;
+mod memory_budgets;
 mod queue_never_loses_or_duplicates;
 mod queues;
 mod receipts_errors;

@@ -1,0 +1,139 @@
+//! Memory budgets (issue 13, item 2), over real sockets: each per-connection cap — frames held
+//! in one transaction, open transactions, subscriptions — refuses the first frame over it with
+//! ERROR `too many pending requests` (the closest entry of the closed vocabulary), a body that
+//! names the bound, and a close; the abuse of the issue (pipelined without end) is cut off at
+//! the default cap; and another client keeps round-tripping meanwhile.
+//!
+//! Bounded: every wait is the client's `WAIT` (5 s); each test asserts its own deadline too.
+use crate::common;
+use common::flow::*;
+use common::*;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// A whole abuse, from the first frame to the close, must end within this.
+const ABUSE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// A canary: SEND to a topic it subscribes to, with a receipt, and read it back.
+fn canary_round_trip(server: &TestServer) {
+    let t = format!("/topic/{}", unique("canary"));
+    let mut c = server.connected();
+    c.subscribe_sync("c", &t, &[]);
+    let t0 = Instant::now();
+    let mut got = c.send_sync("SEND", &[("destination", &t)], b"ping");
+    if got.is_empty() {
+        got = c.read_messages(1);
+    }
+    assert_eq!(bodies(&got), ["ping"]);
+    assert!(t0.elapsed() < Duration::from_secs(2), "canary round trip took {:?}", t0.elapsed());
+}
+
+/// Writes `frames` in one go (pipelined: the abuser never waits), then expects the ERROR
+/// with `hint` in its body and the close.
+fn pipeline_then_refused(c: &mut Client, frames: &[u8], hint: &str) {
+    let t0 = Instant::now();
+    c.send_raw_lossy(frames);
+    // RECEIPTs of the frames within the cap may come first; the ERROR ends the stream.
+    let (err, _) = c.until("ERROR");
+    assert_eq!(err.header("message"), Some("too many pending requests"), "{err:?}");
+    assert_eq!(err.body_str(), hint, "{err:?}");
+    assert!(c.closed(), "still open after the ERROR");
+    assert!(t0.elapsed() < ABUSE_DEADLINE, "took {:?}", t0.elapsed());
+}
+
+fn frame_bytes(command: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    write!(f, "{command}\n").unwrap();
+    for (n, v) in headers {
+        write!(f, "{n}:{v}\n").unwrap();
+    }
+    f.push(b'\n');
+    f.extend_from_slice(body);
+    f.push(0);
+    f
+}
+
+#[test]
+fn frames_held_in_one_transaction_are_capped_at_the_default_10000() {
+    let server = TestServer::start();
+    let q = format!("/queue/{}", unique("txcap"));
+    let mut c = server.connected();
+    c.send_sync("BEGIN", &[("transaction", "t")], b"");
+    let mut frames = Vec::new();
+    for _ in 0..10_001 {
+        frames.extend(frame_bytes("SEND", &[("destination", &q), ("transaction", "t")], b"x"));
+    }
+    pipeline_then_refused(&mut c, &frames, "the transaction holds too many frames");
+    // Nothing held reached the queue: the transaction died with the connection.
+    let mut r = server.connected();
+    assert!(r.subscribe_expect("r", &q, &[], 0).is_empty());
+    canary_round_trip(&server);
+}
+
+#[test]
+fn a_transaction_at_a_small_cap_refuses_the_next_frame_with_its_receipt() {
+    let server = TestServer::start_with(|c| c.max_tx_frames = 2);
+    let t = format!("/topic/{}", unique("txcap"));
+    let mut c = server.connected();
+    c.send_sync("BEGIN", &[("transaction", "t")], b"");
+    c.send_sync("SEND", &[("destination", &t), ("transaction", "t")], b"1");
+    c.send_sync("SEND", &[("destination", &t), ("transaction", "t")], b"2");
+    c.send("SEND", &[("destination", &t), ("transaction", "t"), ("receipt", "over")], b"3");
+    let err = c.expect_error_then_close("too many pending requests");
+    assert_eq!(err.header("receipt-id"), Some("over"), "{err:?}");
+    assert_eq!(err.body_str(), "the transaction holds too many frames");
+}
+
+#[test]
+fn open_transactions_are_capped_at_the_default_1000() {
+    let server = TestServer::start();
+    let mut c = server.connected();
+    let mut frames = Vec::new();
+    for i in 0..1_001 {
+        frames.extend(frame_bytes("BEGIN", &[("transaction", &format!("t{i}"))], b""));
+    }
+    pipeline_then_refused(&mut c, &frames, "too many open transactions");
+    canary_round_trip(&server);
+}
+
+#[test]
+fn ending_transactions_frees_their_slots() {
+    let server = TestServer::start_with(|c| c.max_transactions = 1);
+    let mut c = server.connected();
+    for i in 0..5 {
+        let tx = format!("t{i}");
+        c.send_sync("BEGIN", &[("transaction", &tx)], b"");
+        c.send_sync(if i % 2 == 0 { "COMMIT" } else { "ABORT" }, &[("transaction", &tx)], b"");
+    }
+    c.send_sync("BEGIN", &[("transaction", "a")], b"");
+    c.send("BEGIN", &[("transaction", "b")], b"");
+    assert_eq!(c.expect_error_then_close("too many pending requests").body_str(), "too many open transactions");
+}
+
+#[test]
+fn subscriptions_are_capped_at_the_default_10000() {
+    let server = TestServer::start();
+    let mut c = server.connected();
+    let prefix = unique("subcap");
+    let mut frames = Vec::new();
+    for i in 0..10_001 {
+        frames.extend(frame_bytes("SUBSCRIBE", &[("id", &i.to_string()), ("destination", &format!("/topic/{prefix}.{i}"))], b""));
+    }
+    pipeline_then_refused(&mut c, &frames, "too many subscriptions");
+    canary_round_trip(&server);
+}
+
+#[test]
+fn unsubscribing_frees_a_subscription_slot() {
+    let server = TestServer::start_with(|c| c.max_subscriptions = 2);
+    let t = format!("/topic/{}", unique("subcap"));
+    let mut c = server.connected();
+    c.subscribe_sync("1", &t, &[]);
+    c.subscribe_sync("2", &t, &[]);
+    c.send_sync("UNSUBSCRIBE", &[("id", "1")], b"");
+    c.subscribe_sync("3", &t, &[]);
+    c.send("SUBSCRIBE", &[("id", "4"), ("destination", &t), ("receipt", "over")], b"");
+    let err = c.expect_error_then_close("too many pending requests");
+    assert_eq!(err.header("receipt-id"), Some("over"));
+    assert_eq!(err.body_str(), "too many subscriptions");
+}
