@@ -8,6 +8,9 @@ use std::sync::Arc;
 pub struct Shared {
     pub shutdown: Arc<AtomicBool>,
     pub connections: AtomicUsize,
+    /// Bytes of inbound frames not yet complete, over every connection (touched once per
+    /// read batch; see `stomp::PartialFrames`).
+    pub partial_frames: crate::stomp::PartialFrames,
 }
 
 impl Shared {

@@ -212,6 +212,12 @@ impl Session {
         self.take_due(out);
     }
 
+    /// The array refused the operation behind `token` with `err` (a queue at its depth limit).
+    pub fn refused(&mut self, token: u64, err: WireError, out: &mut Vec<Action>) {
+        self.receipts.fail_with(token, err);
+        self.take_due(out);
+    }
+
     /// A Commands/Queries reply (or its failure) arrived.
     pub fn rpc_replied(&mut self) {
         self.rpc_pending = self.rpc_pending.saturating_sub(1);
