@@ -43,7 +43,13 @@ const SETTINGS: [Setting; 14] = [
         min: 1,
         get: |c| c.partial_frames_budget as u64,
     },
-    Setting { flag: "--queue-max-messages", env: Some("STOMPGATE_QUEUE_MAX_MESSAGES"), key: "queue_max_messages", min: 0, get: |c| c.queue_max_messages as u64 },
+    Setting {
+        flag: "--queue-max-messages",
+        env: Some("STOMPGATE_QUEUE_MAX_MESSAGES"),
+        key: "queue_max_messages",
+        min: 0,
+        get: |c| c.queue_max_messages as u64,
+    },
     Setting { flag: "--queue-max-bytes", env: Some("STOMPGATE_QUEUE_MAX_BYTES"), key: "queue_max_bytes", min: 0, get: |c| c.queue_max_bytes as u64 },
     Setting { flag: "--grpc-threads", env: None, key: "grpc_threads", min: 1, get: |c| c.grpc_threads as u64 },
 ];

@@ -43,9 +43,9 @@ fn pipeline_then_refused(c: &mut Client, frames: &[u8], hint: &str) {
 
 fn frame_bytes(command: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
     let mut f = Vec::new();
-    write!(f, "{command}\n").unwrap();
+    writeln!(f, "{command}").unwrap();
     for (n, v) in headers {
-        write!(f, "{n}:{v}\n").unwrap();
+        writeln!(f, "{n}:{v}").unwrap();
     }
     f.push(b'\n');
     f.extend_from_slice(body);
@@ -257,4 +257,111 @@ fn bodies_without_content_length_are_cut_off_by_the_partial_frame_budget_and_rss
     let grown = peak.saturating_sub(baseline);
     assert!(grown < 128 * MIB, "RSS grew by {} MiB (baseline {} MiB, peak {} MiB)", grown / MIB, baseline / MIB, peak / MIB);
     gw.canary();
+}
+
+// ---- Queue depth limit (messages and bytes): a SEND over it is refused ----
+
+#[test]
+fn a_receipted_send_over_the_queue_message_limit_is_refused_with_queue_full() {
+    let server = TestServer::start_with(|c| c.queue_max_messages = 3);
+    let q = format!("/queue/{}", unique("depth"));
+    let mut p = server.connected();
+    for body in ["1", "2", "3"] {
+        p.send_sync("SEND", &[("destination", &q)], body.as_bytes());
+    }
+    let t0 = Instant::now();
+    p.send("SEND", &[("destination", &q), ("receipt", "over")], b"4");
+    let err = p.expect_error_then_close("too many pending requests");
+    assert!(t0.elapsed() < Duration::from_secs(2), "refusal took {:?}", t0.elapsed());
+    assert_eq!(err.header("receipt-id"), Some("over"), "{err:?}");
+    assert_eq!(err.body_str(), "the queue is full");
+    // Exactly what fitted is queued.
+    let mut c = server.connected();
+    assert_eq!(bodies(&c.subscribe_expect("c", &q, &[], 3)), ["1", "2", "3"]);
+}
+
+#[test]
+fn the_queue_byte_limit_counts_bodies_and_acks_make_room() {
+    let server = TestServer::start_with(|c| c.queue_max_bytes = 10);
+    let q = format!("/queue/{}", unique("depthb"));
+    let mut p = server.connected();
+    p.send_sync("SEND", &[("destination", &q)], b"12345");
+    p.send_sync("SEND", &[("destination", &q)], b"67890");
+    // Consumed and acknowledged: the bytes leave the queue.
+    let mut c = server.connected();
+    let got = c.subscribe_expect("c", &q, &[("ack", "client-individual")], 2);
+    for m in &got {
+        c.send_sync("ACK", &[("id", m.header("ack").unwrap())], b"");
+    }
+    c.send_sync("UNSUBSCRIBE", &[("id", "c")], b"");
+    p.send_sync("SEND", &[("destination", &q)], b"abcdefghij");
+    p.send("SEND", &[("destination", &q), ("receipt", "over")], b"k");
+    assert_eq!(p.expect_error_then_close("too many pending requests").body_str(), "the queue is full");
+}
+
+#[test]
+fn grpc_send_queue_message_over_the_limit_is_an_in_band_error_with_a_clear_text() {
+    use common::grpc::*;
+    let server = TestServer::start_with(|c| c.queue_max_messages = 2);
+    let grpc = stompgate::grpc::start("127.0.0.1:0".parse().unwrap(), 2, server.array()).expect("gRPC starts");
+    let addr = grpc.local_addr();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let q = unique("grpcdepth");
+    rt.block_on(async {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap();
+        let mut c = Client::new(within("connect", endpoint.connect()).await.unwrap());
+        send_queue(&mut c, queue_message(&q, b"1")).await;
+        send_queue(&mut c, queue_message(&q, b"2")).await;
+        let t0 = Instant::now();
+        let r = within("SendQueueMessage", c.send_queue_message(queue_message(&q, b"3"))).await.expect("in-band, not a status").into_inner();
+        assert!(r.is_error, "{r:?}");
+        assert_eq!(r.error, "Error 130: queue is full (depth limit reached)");
+        assert!(t0.elapsed() < Duration::from_secs(2), "refusal took {:?}", t0.elapsed());
+    });
+    drop(rt);
+    grpc.shutdown();
+}
+
+#[test]
+fn a_queue_nobody_consumes_stays_within_its_byte_limit_and_rss_stays_bounded() {
+    // The abuse: 4 GB into a queue without consumer took RSS to 7.7 GB. Here 256 MiB
+    // of 64 KiB SENDs without receipt go to a queue limited to 32 MiB; what does not fit is
+    // dropped (and counted), and the first receipted SEND after that is refused.
+    const LIMIT: usize = 32 * MIB;
+    const SENT: usize = 256 * MIB;
+    let gw = Gateway::spawn(&["--queue-max-bytes", &LIMIT.to_string()]);
+    gw.canary();
+    let baseline = gw.rss();
+    let q = format!("/queue/{}", unique("flood"));
+    let t0 = Instant::now();
+    let addr = gw.addr;
+    let dest = q.clone();
+    let flood = std::thread::spawn(move || {
+        let mut p = Client::open(addr);
+        assert_eq!(p.connect("1.2").command, "CONNECTED");
+        let body = vec![b'q'; 64 * 1024];
+        for _ in 0..SENT / body.len() {
+            p.send("SEND", &[("destination", &dest)], &body);
+        }
+        p.send("SEND", &[("destination", &dest), ("receipt", "after")], b"x");
+        let err = p.expect_error_then_close("too many pending requests");
+        assert_eq!(err.header("receipt-id"), Some("after"));
+        assert_eq!(err.body_str(), "the queue is full");
+    });
+    let peak = peak_rss_while(&gw, || flood.is_finished());
+    flood.join().expect("the flood ends with the queue-full ERROR");
+    assert!(t0.elapsed() < ABUSE_DEADLINE, "flood took {:?}", t0.elapsed());
+    // The 32 MiB the queue holds, plus read buffers and allocator slack: under 3× the limit,
+    // far from the 256 MiB sent.
+    let grown = peak.saturating_sub(baseline);
+    assert!(grown < 96 * MIB, "RSS grew by {} MiB (baseline {} MiB, peak {} MiB)", grown / MIB, baseline / MIB, peak / MIB);
+    gw.canary();
+    // The queue holds what fitted: 512 bodies of 64 KiB.
+    let mut c = gw.connected();
+    // MESSAGEs may come before the SUBSCRIBE's RECEIPT.
+    let mut n = c.send_sync("SUBSCRIBE", &[("id", "c"), ("destination", &q)], b"").len();
+    while c.frame_within(Duration::from_secs(3)).is_some_and(|f| f.command == "MESSAGE") {
+        n += 1;
+    }
+    assert_eq!(n, LIMIT / (64 * 1024), "messages held by the full queue");
 }

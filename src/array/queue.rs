@@ -297,7 +297,13 @@ impl Queues {
             if let Some(c) = ch.consumers.iter_mut().find(|c| c.sub == sub) {
                 c.inflight = c.inflight.saturating_sub(1);
             }
-            if !matches!(action, Settle::Release) && !(matches!(action, Settle::Nack) && f.entry.receive_count < f.entry.max_receive()) {
+            // Released and NACKed (within the receive limit) messages stay in this queue.
+            let stays = match action {
+                Settle::Release => true,
+                Settle::Nack => f.entry.receive_count < f.entry.max_receive(),
+                Settle::Ack | Settle::Requeue(_) => false,
+            };
+            if !stays {
                 ch.gone(&f.entry);
             }
             match action {
@@ -907,7 +913,8 @@ mod tests {
     #[test]
     fn the_depth_limit_refuses_sends_over_it_in_messages_and_in_bytes() {
         // (name, max messages, max bytes, bodies sent in order, tokens refused)
-        let cases: [(&str, usize, usize, &[&str], &[u64]); 4] = [
+        type Case = (&'static str, usize, usize, &'static [&'static str], &'static [u64]);
+        let cases: [Case; 4] = [
             ("messages", 2, 0, &["a", "b", "c", "d"], &[3, 4]),
             ("bytes", 0, 5, &["aa", "bbb", "c", ""], &[3]),
             ("a body larger than the limit on an empty queue", 0, 3, &["abcd", "abc"], &[1]),

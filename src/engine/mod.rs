@@ -70,7 +70,8 @@ impl Core {
         let backend = match egress {
             Some(link) => Backend::Remote(link),
             None => Backend::Embedded(RefCell::new(
-                Shard::new(id, cores, std::time::Duration::from_secs(cfg.queue_ack_timeout_s)).with_queue_depth_limit(cfg.queue_max_messages, cfg.queue_max_bytes),
+                Shard::new(id, cores, std::time::Duration::from_secs(cfg.queue_ack_timeout_s))
+                    .with_queue_depth_limit(cfg.queue_max_messages, cfg.queue_max_bytes),
             )),
         };
         Rc::new(Core {

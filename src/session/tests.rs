@@ -675,7 +675,13 @@ fn memory_budgets_refuse_the_frame_over_each_cap_with_its_receipt() {
     type Tweak = fn(&mut Config);
     // (name, cap tweak, frames that fill the cap, the frame over it, the ERROR it gets)
     let cases: Vec<(&str, Tweak, Vec<Frame>, Frame, WireError)> = vec![
-        ("frames held in one transaction", |c| c.max_tx_frames = 3, vec![begin("t"), send_in("t"), send_in("t"), send_in("t")], send_in("t"), WireError::TooManyTxFrames),
+        (
+            "frames held in one transaction",
+            |c| c.max_tx_frames = 3,
+            vec![begin("t"), send_in("t"), send_in("t"), send_in("t")],
+            send_in("t"),
+            WireError::TooManyTxFrames,
+        ),
         (
             "ACKs count as held frames",
             |c| c.max_tx_frames = 2,

@@ -510,7 +510,6 @@ impl Drop for PartialShare<'_> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

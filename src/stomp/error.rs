@@ -45,9 +45,11 @@ impl WireError {
             WireError::CannotSubscribeRpc => "cannot subscribe to RPC destinations",
             WireError::MissingReplyTo => "missing reply-to",
             WireError::ReplyToNotSubscribed => "reply-to not subscribed",
-            WireError::TooManyPending | WireError::TooManyTxFrames | WireError::TooManyTransactions | WireError::TooManySubscriptions | WireError::QueueFull => {
-                "too many pending requests"
-            }
+            WireError::TooManyPending
+            | WireError::TooManyTxFrames
+            | WireError::TooManyTransactions
+            | WireError::TooManySubscriptions
+            | WireError::QueueFull => "too many pending requests",
             WireError::DuplicateSubscription => "duplicate subscription id",
             WireError::UnknownSubscription => "unknown subscription",
             WireError::UnknownTransaction => "unknown transaction",
