@@ -19,7 +19,7 @@ struct Setting {
     get: fn(&Config) -> u64,
 }
 
-const SETTINGS: [Setting; 9] = [
+const SETTINGS: [Setting; 15] = [
     Setting { flag: "--heartbeat-ms", env: Some("CONNECTORS_STOMP_HEARTBEAT_MS"), key: "heartbeat_ms", min: 0, get: |c| c.heartbeat_ms },
     Setting { flag: "--max-connections", env: Some("CONNECTORS_STOMP_MAX_CONNECTIONS"), key: "max_connections", min: 0, get: |c| c.max_connections as u64 },
     Setting { flag: "--max-body-size", env: Some("CONNECTORS_STOMP_MAX_BODY_SIZE"), key: "max_body_size", min: 1, get: |c| c.max_body_size as u64 },
@@ -33,6 +33,24 @@ const SETTINGS: [Setting; 9] = [
     },
     Setting { flag: "--rpc-timeout-s", env: Some("CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS"), key: "rpc_timeout_s", min: 1, get: |c| c.rpc_timeout_s },
     Setting { flag: "--rpc-max-pending", env: Some("CONNECTORS_STOMP_RPC_MAX_PENDING"), key: "rpc_max_pending", min: 1, get: |c| c.rpc_max_pending as u64 },
+    Setting { flag: "--max-tx-frames", env: Some("STOMPGATE_MAX_TX_FRAMES"), key: "max_tx_frames", min: 1, get: |c| c.max_tx_frames as u64 },
+    Setting { flag: "--max-transactions", env: Some("STOMPGATE_MAX_TRANSACTIONS"), key: "max_transactions", min: 1, get: |c| c.max_transactions as u64 },
+    Setting { flag: "--max-subscriptions", env: Some("STOMPGATE_MAX_SUBSCRIPTIONS"), key: "max_subscriptions", min: 1, get: |c| c.max_subscriptions as u64 },
+    Setting {
+        flag: "--partial-frames-budget",
+        env: Some("STOMPGATE_PARTIAL_FRAMES_BUDGET"),
+        key: "partial_frames_budget",
+        min: 1,
+        get: |c| c.partial_frames_budget as u64,
+    },
+    Setting {
+        flag: "--queue-max-messages",
+        env: Some("STOMPGATE_QUEUE_MAX_MESSAGES"),
+        key: "queue_max_messages",
+        min: 0,
+        get: |c| c.queue_max_messages as u64,
+    },
+    Setting { flag: "--queue-max-bytes", env: Some("STOMPGATE_QUEUE_MAX_BYTES"), key: "queue_max_bytes", min: 0, get: |c| c.queue_max_bytes as u64 },
     Setting { flag: "--grpc-threads", env: None, key: "grpc_threads", min: 1, get: |c| c.grpc_threads as u64 },
     Setting {
         flag: "--connect-timeout-s",

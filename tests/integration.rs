@@ -25,6 +25,7 @@ mod heartbeats;
 mod load_rpc;
 mod load_scenarios;
 mod metrics_listener;
+mod memory_budgets;
 mod queue_never_loses_or_duplicates;
 mod queues;
 mod receipts_errors;

@@ -40,6 +40,12 @@ impl Shard {
 }
 
 impl Shard {
+    /// Sets every queue's depth limit (messages, body bytes; 0 = unlimited).
+    pub fn with_queue_depth_limit(mut self, max_messages: usize, max_bytes: usize) -> Self {
+        self.queues = self.queues.with_depth_limit(max_messages, max_bytes);
+        self
+    }
+
     /// Channel management's delete: queues drop their messages, an Events-Store channel
     /// without subscribers drops its log; the channel is forgotten once nobody uses it.
     pub fn delete(&mut self, pattern: Pattern, channel: &Channel, out: &mut Outbox) {

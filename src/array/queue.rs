@@ -10,6 +10,15 @@
 //! behind all the others. Nothing is refused: SENDs without receipt, and SENDs to a queue
 //! nobody consumes (a work buffer), are never held.
 //!
+//! Depth limit (issue 13): each queue holds at most `max_messages` messages and `max_bytes`
+//! body bytes (ready, delayed and unacknowledged together; KubeMQ's per-channel store limits
+//! MaxMessages / MaxQueueSize; 0 = unlimited). A SEND over either is refused, not appended:
+//! its ticket gets `CoreMsg::QueueFull` (STOMP: ERROR `too many pending requests`, body `the
+//! queue is full`; gRPC: an in-band error result). A SEND without a ticket (STOMP without
+//! `receipt`) has no one to tell: it is dropped and counted (`refused`). Refusing rather than
+//! pacing keeps memory bounded whatever the sender does; receipt pacing above still applies
+//! below the limit.
+//!
 //! Requeue position: a NACKed message goes to the tail (KubeMQ's NAck semantics, so a poison
 //! message does not starve the rest); a released or timed-out message was never rejected, so
 //! it goes back to the head, keeping FIFO order for the next consumer.
@@ -107,6 +116,11 @@ struct QueueChannel {
     /// Delayed messages, by due time (Unix ns), earliest first.
     delayed: VecDeque<(i64, Entry)>,
     next_seq: u64,
+    /// Body bytes of every message this queue holds (ready, delayed, in flight): the depth
+    /// limit's byte count, kept as messages arrive and leave for good.
+    depth_bytes: usize,
+    /// SENDs refused at the depth limit.
+    refused: u64,
     /// Lifetime counters for channel management.
     sent: u64,
     bytes: u64,
@@ -120,10 +134,12 @@ impl QueueChannel {
         let mut now_ns = None;
         while let Some(mut entry) = self.ready.pop_front() {
             if entry.expires_at_ns != 0 && entry.expires_at_ns <= *now_ns.get_or_insert_with(now_unix_ns) {
+                self.gone(&entry);
                 *expired += 1;
                 continue;
             }
             if entry.receive_count >= entry.max_receive() {
+                self.gone(&entry);
                 dead_letter(name, entry, cores, out);
                 continue;
             }
@@ -131,6 +147,16 @@ impl QueueChannel {
             return Some(entry);
         }
         None
+    }
+
+    /// `entry` left this queue for good (settled, discarded, moved or removed).
+    fn gone(&mut self, entry: &Entry) {
+        self.depth_bytes = self.depth_bytes.saturating_sub(entry.msg.body.len());
+    }
+
+    /// Messages held: ready, delayed and in flight.
+    fn depth(&self) -> usize {
+        self.ready.len() + self.delayed.len() + self.inflight.len()
     }
 
     fn is_idle(&self) -> bool {
@@ -160,6 +186,9 @@ pub struct Queues {
     ack_timeout: Duration,
     next_tag: u64,
     channels: AHashMap<Channel, QueueChannel>,
+    /// Depth limit per queue (see "Depth limit"); 0 = unlimited.
+    max_messages: usize,
+    max_bytes: usize,
 }
 
 /// Counters a test or a metrics endpoint can read.
@@ -172,7 +201,19 @@ pub struct QueueDepth {
 
 impl Queues {
     pub fn new(core: CoreId, cores: usize, ack_timeout: Duration) -> Self {
-        Queues { core, cores: cores.max(1), ack_timeout, next_tag: 1, channels: AHashMap::new() }
+        Queues { core, cores: cores.max(1), ack_timeout, next_tag: 1, channels: AHashMap::new(), max_messages: 0, max_bytes: 0 }
+    }
+
+    /// Sets the depth limit of every queue (messages, body bytes; 0 = unlimited).
+    pub fn with_depth_limit(mut self, max_messages: usize, max_bytes: usize) -> Self {
+        self.max_messages = max_messages;
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// SENDs refused at the depth limit, for tests and metrics.
+    pub fn refused(&self, channel: &Channel) -> u64 {
+        self.channels.get(channel).map_or(0, |c| c.refused)
     }
 
     pub fn depth(&self, channel: &Channel) -> QueueDepth {
@@ -184,6 +225,16 @@ impl Queues {
     pub fn send(&mut self, msg: Arc<Message>, meta: Option<Box<QueueMeta>>, done: Option<Ticket>, now: Instant, out: &mut Outbox) {
         let channel = msg.channel.clone();
         let ch = self.channels.entry(channel.clone()).or_default();
+        let len = msg.body.len();
+        let full = (self.max_messages > 0 && ch.depth() >= self.max_messages) || (self.max_bytes > 0 && ch.depth_bytes.saturating_add(len) > self.max_bytes);
+        if full {
+            ch.refused += 1;
+            if let Some(t) = done {
+                out.push((t.core, CoreMsg::QueueFull { ticket: t }));
+            }
+            return;
+        }
+        ch.depth_bytes += len;
         ch.next_seq += 1;
         ch.sent += 1;
         ch.bytes += msg.body.len() as u64;
@@ -246,6 +297,15 @@ impl Queues {
             if let Some(c) = ch.consumers.iter_mut().find(|c| c.sub == sub) {
                 c.inflight = c.inflight.saturating_sub(1);
             }
+            // Released and NACKed (within the receive limit) messages stay in this queue.
+            let stays = match action {
+                Settle::Release => true,
+                Settle::Nack => f.entry.receive_count < f.entry.max_receive(),
+                Settle::Ack | Settle::Requeue(_) => false,
+            };
+            if !stays {
+                ch.gone(&f.entry);
+            }
             match action {
                 Settle::Ack => {}
                 // A reject that uses up the receive limit dead-letters at once (what SDK users
@@ -280,7 +340,9 @@ impl Queues {
         if req.mode == PullMode::Purge {
             // Everything ready now; the reply cannot fail in a way that needs undoing.
             let purged = ch.ready.len() as u64;
-            ch.ready.clear();
+            for e in std::mem::take(&mut ch.ready) {
+                ch.gone(&e);
+            }
             req.reply.send(PullResult { token: req.token, purged, ..PullResult::default() });
             self.pump(&channel, now, out);
             return;
@@ -412,6 +474,8 @@ impl Queues {
                         result.messages.push(entry.pulled(tag));
                         if req.mode == PullMode::Reserve {
                             ch.inflight.insert(tag, Inflight { entry, consumer: req.holder });
+                        } else {
+                            ch.gone(&entry);
                         }
                     }
                     if result.messages.is_empty() {
@@ -466,6 +530,8 @@ impl Queues {
         let dropped = ch.ready.len() + ch.delayed.len();
         ch.ready.clear();
         ch.delayed.clear();
+        // What is left is in flight.
+        ch.depth_bytes = ch.inflight.values().map(|f| f.entry.msg.body.len()).sum();
         // Nothing is queued any more: confirm held receipts rather than strand their producers.
         for t in ch.held_receipts.drain(..) {
             out.push((t.core, CoreMsg::Done { ticket: t, more: 0 }));
@@ -831,5 +897,81 @@ mod tests {
         q.unsubscribe(&ch(), sub(0, 1), now, &mut out);
         assert_eq!(confirmed(&out).len(), held);
         assert_eq!(q.held_receipts(&ch()), 0);
+    }
+
+    /// (confirmed tokens, refused tokens) in `out`, which is drained.
+    fn answers(out: &mut Outbox) -> (Vec<u64>, Vec<u64>) {
+        let (mut done, mut full) = (Vec::new(), Vec::new());
+        for (_, m) in out.drain(..) {
+            match m {
+                CoreMsg::Done { ticket, .. } => done.push(ticket.token),
+                CoreMsg::QueueFull { ticket } => full.push(ticket.token),
+                _ => {}
+            }
+        }
+        (done, full)
+    }
+
+    #[test]
+    fn the_depth_limit_refuses_sends_over_it_in_messages_and_in_bytes() {
+        // (name, max messages, max bytes, bodies sent in order, tokens refused)
+        type Case = (&'static str, usize, usize, &'static [&'static str], &'static [u64]);
+        let cases: [Case; 4] = [
+            ("messages", 2, 0, &["a", "b", "c", "d"], &[3, 4]),
+            ("bytes", 0, 5, &["aa", "bbb", "c", ""], &[3]),
+            ("a body larger than the limit on an empty queue", 0, 3, &["abcd", "abc"], &[1]),
+            ("unlimited", 0, 0, &["a", "b", "c"], &[]),
+        ];
+        for (name, max_messages, max_bytes, bodies, refused) in cases {
+            let mut q = Queues::new(0, 1, Duration::from_secs(30)).with_depth_limit(max_messages, max_bytes);
+            let now = Instant::now();
+            let mut out = Outbox::new();
+            for (i, body) in bodies.iter().enumerate() {
+                q.send(msg(body), None, Some(ticket(i as u64 + 1)), now, &mut out);
+            }
+            let (done, full) = answers(&mut out);
+            assert_eq!(full, refused, "{name}");
+            assert_eq!(done.len() + full.len(), bodies.len(), "{name}: every ticket answered once");
+            assert_eq!(q.depth(&ch()).ready, bodies.len() - refused.len(), "{name}: refused sends are not appended");
+            assert_eq!(q.refused(&ch()), refused.len() as u64, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_send_without_ticket_over_the_limit_is_dropped_and_counted() {
+        let mut q = Queues::new(0, 1, Duration::from_secs(30)).with_depth_limit(1, 0);
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        q.send(msg("a"), None, None, now, &mut out);
+        q.send(msg("b"), None, None, now, &mut out);
+        assert!(out.is_empty(), "{:?}", out.len());
+        assert_eq!(q.depth(&ch()).ready, 1);
+        assert_eq!(q.refused(&ch()), 1);
+    }
+
+    #[test]
+    fn messages_leaving_for_good_make_room_and_requeued_ones_do_not() {
+        let mut q = Queues::new(0, 1, Duration::from_secs(30)).with_depth_limit(0, 4);
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        q.send(msg("aa"), None, None, now, &mut out);
+        q.send(msg("bb"), None, None, now, &mut out);
+        q.subscribe(ch(), sub(0, 1), 100, now, &mut out);
+        let got = deliveries(&mut out);
+        assert_eq!(got.len(), 2);
+        // In flight still counts: full.
+        q.send(msg("c"), None, Some(ticket(1)), now, &mut out);
+        assert_eq!(answers(&mut out).1, [1]);
+        // A NACK requeues: still full.
+        q.settle(&ch(), sub(0, 1), &[got[0].1], &Settle::Nack, now, &mut out);
+        deliveries(&mut out);
+        q.send(msg("c"), None, Some(ticket(2)), now, &mut out);
+        assert_eq!(answers(&mut out).1, [2]);
+        // An ACK frees its bytes: room for two more.
+        q.settle(&ch(), sub(0, 1), &[got[1].1], &Settle::Ack, now, &mut out);
+        q.send(msg("c"), None, Some(ticket(3)), now, &mut out);
+        q.send(msg("d"), None, Some(ticket(4)), now, &mut out);
+        let (done, full) = answers(&mut out);
+        assert!(full.is_empty() && done == [3, 4], "done {done:?} refused {full:?}");
     }
 }

@@ -86,6 +86,40 @@ pub(super) struct Cli {
     /// Env CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS. TOML key: connect_timeout_s.
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub(super) connect_timeout_s: Option<String>,
+    /// Maximum SEND/ACK/NACK frames one transaction may hold until COMMIT (more → ERROR
+    /// "too many pending requests"); must be >= 1. Default 10000. Env STOMPGATE_MAX_TX_FRAMES.
+    /// TOML key: max_tx_frames.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(super) max_tx_frames: Option<String>,
+
+    /// Maximum open transactions per connection (more → ERROR "too many pending requests");
+    /// must be >= 1. Default 1000. Env STOMPGATE_MAX_TRANSACTIONS. TOML key: max_transactions.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(super) max_transactions: Option<String>,
+
+    /// Maximum subscriptions per connection (more → ERROR "too many pending requests"); must
+    /// be >= 1. Default 10000. Env STOMPGATE_MAX_SUBSCRIPTIONS. TOML key: max_subscriptions.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(super) max_subscriptions: Option<String>,
+
+    /// Process-wide budget in bytes for inbound frames not yet complete (all connections
+    /// together; a body without content-length counts as it arrives). Over it, the connection
+    /// holding the most gets ERROR "frame too large" and is closed; must be >= 1. Default
+    /// 536870912 (512 MiB). Env STOMPGATE_PARTIAL_FRAMES_BUDGET. TOML key: partial_frames_budget.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
+    pub(super) partial_frames_budget: Option<String>,
+
+    /// Depth limit of each queue in messages (KubeMQ's per-channel store MaxMessages); a SEND
+    /// over it → ERROR "too many pending requests"; 0 = unlimited. Default 1000000. Embedded
+    /// array only. Env STOMPGATE_QUEUE_MAX_MESSAGES. TOML key: queue_max_messages.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(super) queue_max_messages: Option<String>,
+
+    /// Depth limit of each queue in body bytes (KubeMQ's per-channel store MaxQueueSize); a
+    /// SEND over it → ERROR "too many pending requests"; 0 = unlimited. Default 1073741824
+    /// (1 GiB). Embedded array only. Env STOMPGATE_QUEUE_MAX_BYTES. TOML key: queue_max_bytes.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
+    pub(super) queue_max_bytes: Option<String>,
 
     /// KubeMQ gRPC array API listener (IP:PORT), for native KubeMQ SDK clients; `off` disables
     /// it. Serves all five patterns (service kubemq.kubemq) on the same channels STOMP clients
@@ -175,6 +209,12 @@ mod tests {
             env::RPC_TIMEOUT_SECONDS,
             env::RPC_MAX_PENDING,
             env::CONNECT_TIMEOUT_SECONDS,
+            env::MAX_TX_FRAMES,
+            env::MAX_TRANSACTIONS,
+            env::MAX_SUBSCRIPTIONS,
+            env::PARTIAL_FRAMES_BUDGET,
+            env::QUEUE_MAX_MESSAGES,
+            env::QUEUE_MAX_BYTES,
         ] {
             assert!(help.contains(name), "help lacks {name}");
         }

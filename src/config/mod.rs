@@ -51,6 +51,16 @@ pub struct Config {
     pub rpc_max_pending: usize,
     /// Seconds a new connection has to complete CONNECT before it is closed (slowloris).
     pub connect_timeout_s: u64,
+    /// Memory budgets (issue 13): frames one transaction may hold, open transactions and
+    /// subscriptions per connection; over any → ERROR + close.
+    pub max_tx_frames: usize,
+    pub max_transactions: usize,
+    pub max_subscriptions: usize,
+    /// Process-wide bytes of inbound frames not yet complete, over all connections.
+    pub partial_frames_budget: usize,
+    /// Depth limit of each embedded queue, in messages and body bytes; 0 = unlimited.
+    pub queue_max_messages: usize,
+    pub queue_max_bytes: usize,
     /// KubeMQ gRPC array API listener (default 0.0.0.0:50000); `None` = off.
     pub grpc_addr: Option<SocketAddr>,
     /// Worker threads of the gRPC server's own tokio runtime.
@@ -117,6 +127,12 @@ impl Default for Config {
             rpc_timeout_s: 30,
             rpc_max_pending: 1024,
             connect_timeout_s: 10,
+            max_tx_frames: 10_000,
+            max_transactions: 1_000,
+            max_subscriptions: 10_000,
+            partial_frames_budget: 512 * 1024 * 1024,
+            queue_max_messages: 1_000_000,
+            queue_max_bytes: 1024 * 1024 * 1024,
             grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
             grpc_threads: 1,
             grpc_tls: None,

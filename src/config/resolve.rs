@@ -54,6 +54,12 @@ impl Config {
             rpc_timeout_s: uint!(rpc_timeout_s, "rpc-timeout-s", Some(env::RPC_TIMEOUT_SECONDS), 1),
             rpc_max_pending: uint!(rpc_max_pending, "rpc-max-pending", Some(env::RPC_MAX_PENDING), 1),
             connect_timeout_s: uint!(connect_timeout_s, "connect-timeout-s", Some(env::CONNECT_TIMEOUT_SECONDS), 1),
+            max_tx_frames: uint!(max_tx_frames, "max-tx-frames", Some(env::MAX_TX_FRAMES), 1),
+            max_transactions: uint!(max_transactions, "max-transactions", Some(env::MAX_TRANSACTIONS), 1),
+            max_subscriptions: uint!(max_subscriptions, "max-subscriptions", Some(env::MAX_SUBSCRIPTIONS), 1),
+            partial_frames_budget: uint!(partial_frames_budget, "partial-frames-budget", Some(env::PARTIAL_FRAMES_BUDGET), 1),
+            queue_max_messages: uint!(queue_max_messages, "queue-max-messages", Some(env::QUEUE_MAX_MESSAGES), 0),
+            queue_max_bytes: uint!(queue_max_bytes, "queue-max-bytes", Some(env::QUEUE_MAX_BYTES), 0),
             grpc_addr: match src.pick("grpc-addr", &cli.grpc_addr, None, "grpc_addr") {
                 None => d.grpc_addr,
                 Some((raw, source)) => match text(&raw, source)? {

@@ -18,6 +18,13 @@ pub mod env {
     pub const RPC_TIMEOUT_SECONDS: &str = "CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS";
     pub const RPC_MAX_PENDING: &str = "CONNECTORS_STOMP_RPC_MAX_PENDING";
     pub const CONNECT_TIMEOUT_SECONDS: &str = "CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS";
+    /// The memory budgets (issue 13) have no KubeMQ STOMP counterpart: our own names.
+    pub const MAX_TX_FRAMES: &str = "STOMPGATE_MAX_TX_FRAMES";
+    pub const MAX_TRANSACTIONS: &str = "STOMPGATE_MAX_TRANSACTIONS";
+    pub const MAX_SUBSCRIPTIONS: &str = "STOMPGATE_MAX_SUBSCRIPTIONS";
+    pub const PARTIAL_FRAMES_BUDGET: &str = "STOMPGATE_PARTIAL_FRAMES_BUDGET";
+    pub const QUEUE_MAX_MESSAGES: &str = "STOMPGATE_QUEUE_MAX_MESSAGES";
+    pub const QUEUE_MAX_BYTES: &str = "STOMPGATE_QUEUE_MAX_BYTES";
     /// The remote array's auth token (kept out of the command line, where `ps` shows it).
     pub const ARRAY_TOKEN: &str = "STOMPGATE_ARRAY_TOKEN";
     /// The token the gRPC listener requires (same reason).
@@ -25,7 +32,7 @@ pub mod env {
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 21] = [
+pub const TOML_KEYS: [&str; 27] = [
     "stomp_addr",
     "cores",
     "cpus",
@@ -38,6 +45,12 @@ pub const TOML_KEYS: [&str; 21] = [
     "rpc_timeout_s",
     "rpc_max_pending",
     "connect_timeout_s",
+    "max_tx_frames",
+    "max_transactions",
+    "max_subscriptions",
+    "partial_frames_budget",
+    "queue_max_messages",
+    "queue_max_bytes",
     "grpc_addr",
     "grpc_threads",
     "grpc_tls_cert",

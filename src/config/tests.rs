@@ -55,6 +55,12 @@ fn defaults() {
     assert_eq!(c.rpc_timeout_s, 30);
     assert_eq!(c.rpc_max_pending, 1024);
     assert_eq!(c.connect_timeout_s, 10);
+    assert_eq!(c.max_tx_frames, 10_000);
+    assert_eq!(c.max_transactions, 1_000);
+    assert_eq!(c.max_subscriptions, 10_000);
+    assert_eq!(c.partial_frames_budget, 536_870_912);
+    assert_eq!(c.queue_max_messages, 1_000_000);
+    assert_eq!(c.queue_max_bytes, 1_073_741_824);
 }
 
 #[test]
@@ -77,6 +83,12 @@ fn each_flag() {
     assert_eq!(parse(&["--rpc-timeout-s", "6"]).unwrap().rpc_timeout_s, 6);
     assert_eq!(parse(&["--rpc-max-pending", "8"]).unwrap().rpc_max_pending, 8);
     assert_eq!(parse(&["--connect-timeout-s", "3"]).unwrap().connect_timeout_s, 3);
+    assert_eq!(parse(&["--max-tx-frames", "9"]).unwrap().max_tx_frames, 9);
+    assert_eq!(parse(&["--max-transactions", "10"]).unwrap().max_transactions, 10);
+    assert_eq!(parse(&["--max-subscriptions", "11"]).unwrap().max_subscriptions, 11);
+    assert_eq!(parse(&["--partial-frames-budget", "12"]).unwrap().partial_frames_budget, 12);
+    assert_eq!(parse(&["--queue-max-messages", "0"]).unwrap().queue_max_messages, 0);
+    assert_eq!(parse(&["--queue-max-bytes", "14"]).unwrap().queue_max_bytes, 14);
 }
 
 #[test]
@@ -95,6 +107,12 @@ fn each_env_name() {
             ("CONNECTORS_STOMP_RPC_TIMEOUT_SECONDS", "5"),
             ("CONNECTORS_STOMP_RPC_MAX_PENDING", "6"),
             ("CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS", "7"),
+            ("STOMPGATE_MAX_TX_FRAMES", "7"),
+            ("STOMPGATE_MAX_TRANSACTIONS", "8"),
+            ("STOMPGATE_MAX_SUBSCRIPTIONS", "9"),
+            ("STOMPGATE_PARTIAL_FRAMES_BUDGET", "10"),
+            ("STOMPGATE_QUEUE_MAX_MESSAGES", "11"),
+            ("STOMPGATE_QUEUE_MAX_BYTES", "12"),
         ],
     )
     .unwrap();
@@ -112,6 +130,12 @@ fn each_env_name() {
             rpc_timeout_s: 5,
             rpc_max_pending: 6,
             connect_timeout_s: 7,
+            max_tx_frames: 7,
+            max_transactions: 8,
+            max_subscriptions: 9,
+            partial_frames_budget: 10,
+            queue_max_messages: 11,
+            queue_max_bytes: 12,
             grpc_addr: Some("0.0.0.0:50000".parse().unwrap()),
             grpc_threads: 1,
             grpc_tls: None,
@@ -145,6 +169,12 @@ queue_ack_timeout_s = 12
 rpc_timeout_s = 13
 rpc_max_pending = 14
 connect_timeout_s = 15
+max_tx_frames = 15
+max_transactions = 16
+max_subscriptions = 17
+partial_frames_budget = 18
+queue_max_messages = 19
+queue_max_bytes = 20
 grpc_addr = "127.0.0.1:7101"
 grpc_threads = 2
 grpc_token = "s3cret"
@@ -166,6 +196,12 @@ metrics_addr = "127.0.0.1:9100"
             rpc_timeout_s: 13,
             rpc_max_pending: 14,
             connect_timeout_s: 15,
+            max_tx_frames: 15,
+            max_transactions: 16,
+            max_subscriptions: 17,
+            partial_frames_budget: 18,
+            queue_max_messages: 19,
+            queue_max_bytes: 20,
             grpc_addr: Some("127.0.0.1:7101".parse().unwrap()),
             grpc_threads: 2,
             grpc_tls: None,
@@ -219,6 +255,11 @@ fn bad_values_are_rejected_with_the_setting_and_source() {
     assert_eq!(err(&["--rpc-max-pending", "0"], &[]), "invalid --rpc-max-pending: must be at least 1");
     assert_eq!(err(&["--connect-timeout-s", "0"], &[]), "invalid --connect-timeout-s: must be at least 1");
     assert_eq!(err(&[], &[("CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS", "0")]), "invalid CONNECTORS_STOMP_CONNECT_TIMEOUT_SECONDS: must be at least 1");
+    assert_eq!(err(&["--max-tx-frames", "0"], &[]), "invalid --max-tx-frames: must be at least 1");
+    assert_eq!(err(&["--max-transactions", "0"], &[]), "invalid --max-transactions: must be at least 1");
+    assert_eq!(err(&["--max-subscriptions", "0"], &[]), "invalid --max-subscriptions: must be at least 1");
+    assert_eq!(err(&["--partial-frames-budget", "0"], &[]), "invalid --partial-frames-budget: must be at least 1");
+    assert!(err(&["--queue-max-bytes", "-1"], &[]).starts_with("invalid --queue-max-bytes: "));
     assert!(err(&["--heartbeat-ms", "-1"], &[]).starts_with("invalid --heartbeat-ms: "));
     assert!(err(&["--max-connections", "lots"], &[]).starts_with("invalid --max-connections: "));
     assert!(err(&["--heartbeat-ms", "99999999999999999999999"], &[]).starts_with("invalid --heartbeat-ms: "));

@@ -232,6 +232,10 @@ impl Endpoint for Conn {
         self.with_session(core, |s, out| s.failed(token, out));
     }
 
+    fn queue_full(&self, core: &Rc<Core>, token: u64) {
+        self.with_session(core, |s, out| s.refused(token, WireError::QueueFull, out));
+    }
+
     fn tick(&self, core: &Rc<Core>, now: Instant) {
         let mut settled = Vec::new();
         deliver::unpark(self, core, now, &mut settled);

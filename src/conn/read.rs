@@ -2,7 +2,7 @@
 use super::Conn;
 use crate::engine::metrics::Metrics;
 use crate::engine::{Core, OVERFLOW_PAUSE};
-use crate::stomp::{DecodeError, Decoded, Decoder, Limits, WireError};
+use crate::stomp::{DecodeError, Decoded, Decoder, Limits, PartialShare, WireError};
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
 use std::rc::Rc;
@@ -16,6 +16,8 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
     let mut rbuf = BytesMut::with_capacity(MIN_READ);
     let limits = Limits { max_body: core.cfg.max_body_size, ..Limits::default() };
     let mut decoder = Decoder::new(limits);
+    // What this connection holds of an unfinished frame, in the process-wide budget.
+    let mut partial = PartialShare::new(&core.shared.partial_frames);
     // Read size adapts: a read that fills the buffer means more is waiting, so the next one is
     // larger (fewer syscalls under load); an idle connection keeps a small buffer.
     let mut read_size = MIN_READ;
@@ -63,6 +65,11 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
                     break 'read;
                 }
             }
+        }
+        // What is left in the buffer is the frame not complete yet (issue 13's budget).
+        if partial.update(rbuf.len(), core.cfg.partial_frames_budget) {
+            conn.fail(core, WireError::FrameTooLarge, None);
+            break 'read;
         }
         // One Settle per subscription for the whole batch's ACKs (see session::PendingSettle).
         conn.with_session(core, |s, out| s.end_of_batch(out));

@@ -241,6 +241,13 @@ impl Worker {
         }
     }
 
+    /// The array refused a queue send at the queue's depth limit.
+    pub fn queue_full(&self, ticket: Option<Ticket>) {
+        if let Some(ticket) = ticket {
+            self.back.send(ticket.core, CoreMsg::QueueFull { ticket });
+        }
+    }
+
     pub fn failed(&self, ticket: Option<Ticket>) {
         self.metrics.failed.increment(1);
         if let Some(ticket) = ticket {

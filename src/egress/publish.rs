@@ -294,6 +294,7 @@ async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
                             let error = if r.is_error { Some(r.error) } else { r.results.into_iter().find(|x| x.is_error).map(|x| x.error) };
                             match error {
                                 None => w.done(item.ticket),
+                                Some(e) if e == crate::mesh::confirm::QUEUE_FULL => w.queue_full(item.ticket),
                                 Some(e) => {
                                     tracing::warn!(core = w.core, channel = %item.msg.channel, error = %e, "array refused a queue send");
                                     w.failed(item.ticket);

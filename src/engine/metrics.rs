@@ -11,6 +11,9 @@ pub struct Shared {
     pub connections: AtomicUsize,
     /// Connected STOMP sessions (past CONNECT): what `--max-connections` limits.
     pub sessions: AtomicUsize,
+    /// Bytes of inbound frames not yet complete, over every connection (touched once per
+    /// read batch; see `stomp::PartialFrames`).
+    pub partial_frames: crate::stomp::PartialFrames,
 }
 
 impl Shared {

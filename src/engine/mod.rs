@@ -69,7 +69,10 @@ impl Core {
     pub fn new(id: CoreId, cores: usize, cfg: Arc<Config>, shared: Arc<Shared>, senders: Senders<CoreMsg>, egress: Option<crate::egress::Link>) -> Rc<Core> {
         let backend = match egress {
             Some(link) => Backend::Remote(link),
-            None => Backend::Embedded(RefCell::new(Shard::new(id, cores, std::time::Duration::from_secs(cfg.queue_ack_timeout_s)))),
+            None => Backend::Embedded(RefCell::new(
+                Shard::new(id, cores, std::time::Duration::from_secs(cfg.queue_ack_timeout_s))
+                    .with_queue_depth_limit(cfg.queue_max_messages, cfg.queue_max_bytes),
+            )),
         };
         Rc::new(Core {
             id,
@@ -252,6 +255,14 @@ impl Core {
                 let complete = self.completions.borrow_mut().part(ticket);
                 if complete {
                     self.complete(ticket);
+                }
+            }
+            CoreMsg::QueueFull { ticket } => {
+                self.completions.borrow_mut().forget(ticket);
+                if let Some(endpoint) = self.endpoint(ticket.conn) {
+                    endpoint.queue_full(self, ticket.token);
+                } else if let Some(sink) = self.sinks.borrow().get(&ticket.conn) {
+                    sink.queue_full(ticket.token);
                 }
             }
             CoreMsg::Failed { ticket } => {

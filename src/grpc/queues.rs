@@ -10,7 +10,7 @@
 use super::bridge::{Bridge, HOLDER_CORE};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
-use crate::mesh::confirm::Confirmation;
+use crate::mesh::confirm::{Confirmation, Outcome, QUEUE_FULL};
 use crate::mesh::msg::{CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, Incoming};
@@ -103,14 +103,14 @@ fn start_all(b: &Bridge, messages: Vec<pb::QueueMessage>) -> InFlight {
 async fn finish_all(pending: InFlight) -> Vec<pb::SendQueueMessageResult> {
     let mut results = Vec::with_capacity(pending.len());
     for (result, confirm) in pending {
-        let confirmed = match confirm {
-            Some(confirmation) => confirmation.wait().await,
-            None => true,
+        let outcome = match confirm {
+            Some(confirmation) => confirmation.outcome().await,
+            None => Outcome::Confirmed,
         };
-        if confirmed {
-            results.push(result);
-        } else {
-            results.push(error_result(result.message_id, "Error 130: queue send was not confirmed"));
+        match outcome {
+            Outcome::Confirmed => results.push(result),
+            Outcome::QueueFull => results.push(error_result(result.message_id, QUEUE_FULL)),
+            Outcome::NotConfirmed => results.push(error_result(result.message_id, "Error 130: queue send was not confirmed")),
         }
     }
     results

@@ -30,23 +30,45 @@ pub fn next_external_conn() -> ConnId {
 /// A queue send is held longer only while its consumers are far behind (producer pacing).
 pub const CONFIRM_WAIT: Duration = Duration::from_secs(60);
 
+/// The in-band error (SendQueueMessageResult.Error) of a queue send refused at the queue's
+/// depth limit; the remote-array egress recognises it by this text.
+pub const QUEUE_FULL: &str = "Error 130: queue is full (depth limit reached)";
+
 /// An operation sent to a core, whose `Done` has not been awaited yet.
 pub struct Confirmation {
     confirmer: Arc<Confirmer>,
     token: u64,
-    rx: Option<oneshot::Receiver<()>>,
+    rx: Option<oneshot::Receiver<bool>>,
 }
 
 impl Confirmation {
     /// True once the core confirmed; false if it is gone or [`CONFIRM_WAIT`] passed.
     pub async fn wait(self) -> bool {
-        let Some(rx) = self.rx else { return false };
-        if let Ok(Ok(())) = tokio::time::timeout(CONFIRM_WAIT, rx).await {
-            return true;
-        }
-        self.confirmer.forget(self.token);
-        false
+        self.outcome().await == Outcome::Confirmed
     }
+
+    /// Like [`Confirmation::wait`], but tells a refusal (a queue at its depth limit) apart.
+    pub async fn outcome(self) -> Outcome {
+        let Some(rx) = self.rx else { return Outcome::NotConfirmed };
+        match tokio::time::timeout(CONFIRM_WAIT, rx).await {
+            Ok(Ok(true)) => Outcome::Confirmed,
+            Ok(Ok(false)) => Outcome::QueueFull,
+            _ => {
+                self.confirmer.forget(self.token);
+                Outcome::NotConfirmed
+            }
+        }
+    }
+}
+
+/// How a [`Confirmation`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Confirmed,
+    /// The queue was at its depth limit: nothing was appended.
+    QueueFull,
+    /// The core is gone, or [`CONFIRM_WAIT`] passed.
+    NotConfirmed,
 }
 
 /// Resolves waiting operations when their `Done`s arrive. A ticket may be answered by several
@@ -55,7 +77,7 @@ impl Confirmation {
 pub struct Confirmer {
     /// The connection id it is attached under on every core.
     conn: ConnId,
-    waiting: Mutex<HashMap<u64, (u32, oneshot::Sender<()>)>>,
+    waiting: Mutex<HashMap<u64, (u32, oneshot::Sender<bool>)>>,
     next_token: AtomicU64,
 }
 
@@ -83,7 +105,7 @@ impl Confirmer {
         Confirmation { confirmer: Arc::clone(self), token: ticket.token, rx }
     }
 
-    fn issue(&self, core: CoreId) -> (Ticket, oneshot::Receiver<()>) {
+    fn issue(&self, core: CoreId) -> (Ticket, oneshot::Receiver<bool>) {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.lock().insert(token, (1, tx));
@@ -94,20 +116,27 @@ impl Confirmer {
         self.lock().remove(&token);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u32, oneshot::Sender<()>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u32, oneshot::Sender<bool>)>> {
         // A panic elsewhere while holding this lock leaves a usable map.
         self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 impl ExternalSink for Confirmer {
+    /// Refused (a queue at its depth limit): the waiter learns it at once.
+    fn queue_full(&self, token: u64) {
+        if let Some((_, tx)) = self.lock().remove(&token) {
+            let _ = tx.send(false);
+        }
+    }
+
     fn done(&self, token: u64, more: u32) {
         let mut waiting = self.lock();
         let Some((remaining, _)) = waiting.get_mut(&token) else { return };
         *remaining = *remaining - 1 + more;
         if *remaining == 0 {
             if let Some((_, tx)) = waiting.remove(&token) {
-                let _ = tx.send(());
+                let _ = tx.send(true);
             }
         }
     }

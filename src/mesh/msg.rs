@@ -223,6 +223,8 @@ pub trait ExternalSink: Send + Sync {
     fn rpc_reply(&self, _outcome: RpcOutcome) {}
     /// A confirmation for a ticket this sink issued (see `CoreMsg::Done`).
     fn done(&self, _token: u64, _more: u32) {}
+    /// A queue send this sink issued was refused at the queue's depth limit.
+    fn queue_full(&self, _token: u64) {}
 }
 
 pub enum CoreMsg {
@@ -368,6 +370,10 @@ pub enum CoreMsg {
     Failed {
         ticket: Ticket,
     },
+    /// A queue at its depth limit refused the send behind a ticket: nothing was appended.
+    QueueFull {
+        ticket: Ticket,
+    },
     /// An external sink took or dropped a delivery it had parked while holding `ticket` (see
     /// `ExternalSink::deliver`); sent to the core that delivered it.
     SinkSettled {
@@ -400,6 +406,7 @@ impl CoreMsg {
             CoreMsg::Done { .. } => "Done",
             CoreMsg::Delivered { .. } => "Delivered",
             CoreMsg::Failed { .. } => "Failed",
+            CoreMsg::QueueFull { .. } => "QueueFull",
             CoreMsg::SinkSettled { .. } => "SinkSettled",
         }
     }

@@ -14,6 +14,10 @@
 //! | BEGIN…       | SEND/ACK/NACK with `transaction` held until COMMIT, dropped on ABORT  |
 //! | DISCONNECT   | Barrier, RECEIPT once all earlier work is confirmed, then close      |
 //!
+//! Per-connection memory budgets (issue 13), each over its cap an ERROR + close: frames held
+//! in one transaction (`max_tx_frames`), open transactions (`max_transactions`) and
+//! subscriptions (`max_subscriptions`, `/reply/` ones included: they hold memory too).
+//!
 //! Every error becomes a `WireError` (the closed vocabulary) through [`Session::fail`].
 pub mod message_id;
 pub mod receipts;
@@ -208,6 +212,12 @@ impl Session {
         self.take_due(out);
     }
 
+    /// The array refused the operation behind `token` with `err` (a queue at its depth limit).
+    pub fn refused(&mut self, token: u64, err: WireError, out: &mut Vec<Action>) {
+        self.receipts.fail_with(token, err);
+        self.take_due(out);
+    }
+
     /// A Commands/Queries reply (or its failure) arrived.
     pub fn rpc_replied(&mut self) {
         self.rpc_pending = self.rpc_pending.saturating_sub(1);
@@ -315,6 +325,7 @@ impl Session {
         }
         let Some(tx) = frame.headers.get(b"transaction") else { return Ok(false) };
         match self.txs.get_mut(tx) {
+            Some(held) if held.len() >= self.cfg.max_tx_frames => Err((WireError::TooManyTxFrames, receipt_of(frame))),
             Some(held) => {
                 held.push(frame.clone());
                 Ok(true)
@@ -417,6 +428,11 @@ impl Session {
             _ => None,
         };
         let sub = Subscription::new(id, dest.pattern, dest.channel.clone(), dest.wildcard, ack);
+        // Checked after the frame is validated, before anything is taken: a malformed
+        // SUBSCRIBE is still reported as malformed at the cap.
+        if self.subs.len() >= self.cfg.max_subscriptions {
+            return reject(frame, WireError::TooManySubscriptions);
+        }
         let Some(n) = self.subs.add(sub) else { return reject(frame, WireError::DuplicateSubscription) };
         if dest.pattern == Pattern::Reply {
             // Connection-local: no array, nothing to wait for.
@@ -532,6 +548,9 @@ impl Session {
         let Some(tx) = frame.headers.get(b"transaction") else { return reject(frame, WireError::MalformedFrame) };
         if self.txs.contains_key(tx) {
             return reject(frame, WireError::MalformedFrame);
+        }
+        if self.txs.len() >= self.cfg.max_transactions {
+            return reject(frame, WireError::TooManyTransactions);
         }
         self.txs.insert(tx.clone(), Vec::new());
         self.receipt_now(frame, out);

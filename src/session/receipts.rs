@@ -57,10 +57,15 @@ impl Receipts {
     /// The operation behind `token` failed for good: its place in the order becomes ERROR
     /// `internal error` carrying its receipt id.
     pub fn fail(&mut self, token: u64) {
+        self.fail_with(token, WireError::Internal);
+    }
+
+    /// The operation behind `token` was refused with `error`.
+    pub fn fail_with(&mut self, token: u64, error: WireError) {
         if let Some(p) = self.queue.iter_mut().find(|p| p.token == token) {
             let receipt = p.receipt.take();
             p.waiting = false;
-            p.error = Some((WireError::Internal, receipt));
+            p.error = Some((error, receipt));
         }
     }
 

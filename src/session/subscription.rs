@@ -130,6 +130,10 @@ impl Subscriptions {
         self.by_no.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.by_no.len()
+    }
+
     /// Deliveries parked over all subscriptions.
     pub fn parked(&self) -> usize {
         self.parked

@@ -657,3 +657,80 @@ mod props {
         }
     }
 }
+
+#[test]
+fn memory_budgets_refuse_the_frame_over_each_cap_with_its_receipt() {
+    fn send_in(tx: &str) -> Frame {
+        frame(Command::Send, &[("destination", "/queue/q"), ("transaction", tx)], "x")
+    }
+    fn begin(tx: &str) -> Frame {
+        frame(Command::Begin, &[("transaction", tx)], "")
+    }
+    fn subscribe(id: &str) -> Frame {
+        frame(Command::Subscribe, &[("destination", "/topic/a"), ("id", id)], "")
+    }
+    fn reply_sub(id: &str) -> Frame {
+        frame(Command::Subscribe, &[("destination", &format!("/reply/{id}")), ("id", id)], "")
+    }
+    type Tweak = fn(&mut Config);
+    // (name, cap tweak, frames that fill the cap, the frame over it, the ERROR it gets)
+    let cases: Vec<(&str, Tweak, Vec<Frame>, Frame, WireError)> = vec![
+        (
+            "frames held in one transaction",
+            |c| c.max_tx_frames = 3,
+            vec![begin("t"), send_in("t"), send_in("t"), send_in("t")],
+            send_in("t"),
+            WireError::TooManyTxFrames,
+        ),
+        (
+            "ACKs count as held frames",
+            |c| c.max_tx_frames = 2,
+            vec![begin("t"), send_in("t"), frame(Command::Ack, &[("id", "a"), ("transaction", "t")], "")],
+            frame(Command::Nack, &[("id", "b"), ("transaction", "t")], ""),
+            WireError::TooManyTxFrames,
+        ),
+        ("open transactions", |c| c.max_transactions = 2, vec![begin("t1"), begin("t2")], begin("t3"), WireError::TooManyTransactions),
+        ("subscriptions", |c| c.max_subscriptions = 2, vec![subscribe("1"), subscribe("2")], subscribe("3"), WireError::TooManySubscriptions),
+        ("reply subscriptions count too", |c| c.max_subscriptions = 2, vec![subscribe("1"), reply_sub("r")], reply_sub("s"), WireError::TooManySubscriptions),
+    ];
+    for (name, tweak, fill, over, want) in cases {
+        let mut s = session_with(tweak);
+        feed(&mut s, frame(Command::Connect, &[("accept-version", "1.2")], ""));
+        for (i, f) in fill.into_iter().enumerate() {
+            let (go, out) = feed(&mut s, f);
+            assert!(go, "{name}: frame {i} within the cap was refused: {out:?}");
+        }
+        let mut over = over;
+        over.headers.0.push((Bytes::from_static(b"receipt"), Bytes::from_static(b"r-over")));
+        let (go, out) = feed(&mut s, over);
+        assert!(!go, "{name}: reading must stop");
+        assert_eq!(error_of(&out), (want, Some(Bytes::from_static(b"r-over"))), "{name}");
+        assert_eq!(want.message(), "too many pending requests", "{name}");
+        assert!(!want.hint().is_empty(), "{name}: the body says which bound");
+        assert_eq!(s.state(), State::Failing, "{name}");
+    }
+}
+
+#[test]
+fn memory_budgets_free_their_room_when_work_ends() {
+    // A committed or aborted transaction, and an UNSUBSCRIBE, give their slot back.
+    let mut s = session_with(|c| {
+        c.max_transactions = 1;
+        c.max_tx_frames = 1;
+        c.max_subscriptions = 1;
+    });
+    feed(&mut s, frame(Command::Connect, &[("accept-version", "1.2")], ""));
+    for round in 0..3 {
+        let (go, out) = feed(&mut s, frame(Command::Begin, &[("transaction", "t")], ""));
+        assert!(go, "round {round}: {out:?}");
+        let (go, out) = feed(&mut s, frame(Command::Send, &[("destination", "/topic/a"), ("transaction", "t")], ""));
+        assert!(go, "round {round}: {out:?}");
+        let end = if round % 2 == 0 { Command::Commit } else { Command::Abort };
+        let (go, out) = feed(&mut s, frame(end, &[("transaction", "t")], ""));
+        assert!(go, "round {round}: {out:?}");
+        let (go, out) = feed(&mut s, frame(Command::Subscribe, &[("destination", "/topic/a"), ("id", "1")], ""));
+        assert!(go, "round {round}: {out:?}");
+        let (go, out) = feed(&mut s, frame(Command::Unsubscribe, &[("id", "1")], ""));
+        assert!(go, "round {round}: {out:?}");
+    }
+}

@@ -30,6 +30,7 @@
 use super::frame::{Command, Frame, Headers, Version};
 use bytes::{Buf, Bytes, BytesMut};
 use memchr::memchr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -441,6 +442,72 @@ fn trim_blanks(mut v: &[u8]) -> &[u8] {
         v = rest;
     }
     v
+}
+
+/// The process-wide budget for inbound partial frames (issue 13): bytes that every decoder of
+/// the process holds for frames not complete yet — headers still arriving, or a body, with or
+/// without `content-length`, counted as it arrives. One instance is shared by all cores.
+///
+/// Cost: each connection reports its holding through its [`PartialShare`] once per read
+/// batch, and only when it changed: one or two relaxed atomic adds per read syscall (itself
+/// up to 256 KiB), never per byte or per frame.
+#[derive(Debug, Default)]
+pub struct PartialFrames {
+    held: AtomicUsize,
+    /// Connections holding anything.
+    holders: AtomicUsize,
+}
+
+impl PartialFrames {
+    /// Bytes held now, over all connections.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+}
+
+/// One connection's part of [`PartialFrames`]; gives it back when dropped.
+#[derive(Debug)]
+pub struct PartialShare<'a> {
+    all: &'a PartialFrames,
+    held: usize,
+}
+
+impl<'a> PartialShare<'a> {
+    pub fn new(all: &'a PartialFrames) -> Self {
+        PartialShare { all, held: 0 }
+    }
+
+    /// This connection now holds `now` bytes of an incomplete frame. True when it must be
+    /// refused (`frame too large`): the process is over `budget` and this connection grew
+    /// to at least an average share of what is held. The largest holder always has one, so
+    /// whoever keeps growing the excess is cut off; connections holding less are left alone,
+    /// so one huge frame does not cost the many small ones. A single frame over the budget is
+    /// therefore refused too.
+    pub fn update(&mut self, now: usize, budget: usize) -> bool {
+        let before = self.held;
+        if now == before {
+            return false;
+        }
+        self.held = now;
+        match (before, now) {
+            (0, _) => self.all.holders.fetch_add(1, Ordering::Relaxed),
+            (_, 0) => self.all.holders.fetch_sub(1, Ordering::Relaxed),
+            _ => 0,
+        };
+        let total = if now > before {
+            self.all.held.fetch_add(now - before, Ordering::Relaxed) + (now - before)
+        } else {
+            self.all.held.fetch_sub(before - now, Ordering::Relaxed) - (before - now)
+        };
+        let holders = self.all.holders.load(Ordering::Relaxed).max(1);
+        now > before && total > budget && now.saturating_mul(holders) >= total
+    }
+}
+
+impl Drop for PartialShare<'_> {
+    fn drop(&mut self) {
+        self.update(0, usize::MAX);
+    }
 }
 
 #[cfg(test)]
@@ -863,5 +930,27 @@ mod tests {
         let (frames, examined) = examined_one_byte_at_a_time(&input, Version::V1_2);
         assert_eq!(frames, 1);
         assert_eq!(examined, head);
+    }
+
+    #[test]
+    fn partial_frames_refuse_the_connection_that_grows_past_the_budget_with_an_average_share() {
+        let all = PartialFrames::default();
+        let mut small = PartialShare::new(&all);
+        let mut big = PartialShare::new(&all);
+        assert!(!small.update(10, 100));
+        assert!(!big.update(80, 100), "at 90 of 100: within the budget");
+        // Over the budget: the small one (10 of 110, under the average 55) is left alone…
+        assert!(!big.update(80, 100));
+        assert!(!small.update(30, 100), "30 of 110 is under the average share");
+        // …the one that keeps growing with the largest share is refused.
+        assert!(big.update(90, 100));
+        assert_eq!(all.held(), 120);
+        drop(big);
+        assert_eq!(all.held(), 30, "a dropped share gives its bytes back");
+        assert!(!small.update(0, 100));
+        assert_eq!(all.held(), 0);
+        // One frame larger than the whole budget is refused on its own.
+        let mut alone = PartialShare::new(&all);
+        assert!(alone.update(101, 100));
     }
 }

@@ -16,6 +16,14 @@ pub enum WireError {
     MissingReplyTo,
     ReplyToNotSubscribed,
     TooManyPending,
+    /// The memory budgets of issue 13 have no entry of their own in the closed vocabulary;
+    /// each is the nearest one, `too many pending requests` (work this connection asked the
+    /// gateway to hold is over its bound), with a hint saying which bound.
+    TooManyTxFrames,
+    TooManyTransactions,
+    TooManySubscriptions,
+    /// A SEND to a queue at its depth limit (messages or bytes).
+    QueueFull,
     DuplicateSubscription,
     UnknownSubscription,
     UnknownTransaction,
@@ -37,7 +45,11 @@ impl WireError {
             WireError::CannotSubscribeRpc => "cannot subscribe to RPC destinations",
             WireError::MissingReplyTo => "missing reply-to",
             WireError::ReplyToNotSubscribed => "reply-to not subscribed",
-            WireError::TooManyPending => "too many pending requests",
+            WireError::TooManyPending
+            | WireError::TooManyTxFrames
+            | WireError::TooManyTransactions
+            | WireError::TooManySubscriptions
+            | WireError::QueueFull => "too many pending requests",
             WireError::DuplicateSubscription => "duplicate subscription id",
             WireError::UnknownSubscription => "unknown subscription",
             WireError::UnknownTransaction => "unknown transaction",
@@ -53,6 +65,10 @@ impl WireError {
         match self {
             WireError::CannotSendToReply => "cannot SEND to reply destinations",
             WireError::UnsupportedVersion => "supported versions are 1.0,1.1,1.2",
+            WireError::TooManyTxFrames => "the transaction holds too many frames",
+            WireError::TooManyTransactions => "too many open transactions",
+            WireError::TooManySubscriptions => "too many subscriptions",
+            WireError::QueueFull => "the queue is full",
             _ => "",
         }
     }

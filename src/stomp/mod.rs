@@ -7,7 +7,7 @@ pub mod frame;
 pub mod negotiate;
 pub mod server;
 
-pub use decode::{DecodeError, Decoded, Decoder, Limits};
+pub use decode::{DecodeError, Decoded, Decoder, Limits, PartialFrames, PartialShare};
 pub use encode::FrameWriter;
 pub use error::WireError;
 pub use frame::{Command, Frame, Headers, Version};
