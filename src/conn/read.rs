@@ -2,7 +2,7 @@
 use super::Conn;
 use crate::engine::metrics::Metrics;
 use super::write::{OUTPUT_PAUSE_BYTES, OUTPUT_RESUME_BYTES};
-use crate::engine::{Core, OVERFLOW_PAUSE};
+use crate::engine::Core;
 use crate::stomp::{DecodeError, Decoded, Decoder, Limits, WireError};
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
@@ -95,9 +95,9 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
         // One Settle per subscription for the whole batch's ACKs (see session::PendingSettle).
         conn.with_session(core, |s, out| s.end_of_batch(out));
         core.drain_local();
-        // Back-pressure: while a peer core cannot keep up with what this core sends it,
-        // stop reading from clients rather than queueing without bound.
-        while core.overflow_len() > OVERFLOW_PAUSE && !conn.stops_reading() {
+        // Back-pressure: while a core cannot keep up with what another sends it, stop
+        // reading from clients (on every core) rather than queueing or dropping without bound.
+        while core.mesh_backed_up() && !conn.stops_reading() {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
         wait_for_output(conn).await;

@@ -8,6 +8,10 @@ use std::sync::Arc;
 pub struct Shared {
     pub shutdown: Arc<AtomicBool>,
     pub connections: AtomicUsize,
+    /// Cores whose overflow queue toward some peer is over `OVERFLOW_PAUSE` now: while any is,
+    /// every core's readers pause (a publisher on one core is paced by a ring backed up on
+    /// another). Touched only when a core crosses the mark, never per message.
+    pub backed_up_cores: AtomicUsize,
 }
 
 impl Shared {
