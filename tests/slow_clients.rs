@@ -60,7 +60,8 @@ impl Gateway {
         args.extend(extra.iter().map(|s| s.to_string()));
         let array = remote_array().then(|| {
             let (stomp, grpc) = (free_port(), free_port());
-            let a = spawn(&["--cores".into(), "2".into(), "--stomp-addr".into(), format!("127.0.0.1:{stomp}"), "--grpc-addr".into(), format!("127.0.0.1:{grpc}")]);
+            let a =
+                spawn(&["--cores".into(), "2".into(), "--stomp-addr".into(), format!("127.0.0.1:{stomp}"), "--grpc-addr".into(), format!("127.0.0.1:{grpc}")]);
             wait_listening(format!("127.0.0.1:{grpc}").parse().unwrap());
             args.push("--array".into());
             args.push(format!("grpc://127.0.0.1:{grpc}"));
@@ -178,7 +179,15 @@ fn shrink_receive_buffer(s: &TcpStream) {
     use std::os::fd::AsRawFd;
     let size: libc::c_int = 4096;
     // SAFETY: a valid socket and a valid c_int option value of the stated length.
-    let rc = unsafe { libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, (&size as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
     assert_eq!(rc, 0);
 }
 
@@ -214,7 +223,11 @@ fn a_client_that_never_reads_its_receipts_stops_being_read_and_gets_them_all_lat
     let id = "r".repeat(30_000);
     for i in 0..SENDS {
         let f = read_frame(&mut client, &mut buf).unwrap_or_else(|| panic!("receipt {i} never came"));
-        assert!(f.starts_with(format!("RECEIPT\nreceipt-id:{id}{i}\n").as_bytes()), "frame {i} is not receipt {i}: {:?}", String::from_utf8_lossy(&f[f.len().saturating_sub(40)..]));
+        assert!(
+            f.starts_with(format!("RECEIPT\nreceipt-id:{id}{i}\n").as_bytes()),
+            "frame {i} is not receipt {i}: {:?}",
+            String::from_utf8_lossy(&f[f.len().saturating_sub(40)..])
+        );
     }
     assert_eq!(pump.join().unwrap(), SENDS);
     stop.store(true, Ordering::Relaxed);
@@ -277,4 +290,89 @@ fn a_never_reading_subscriber_paces_a_pipelining_receipted_publisher() {
     let _ = publisher.shutdown(std::net::Shutdown::Both);
     let _ = pump.join();
     let _ = read_receipts.join();
+}
+
+/// One run of the isolation scenario: a healthy subscriber on `core` (and, with `stalled`, a
+/// never-reading one on the same core and topic); a publisher writes unreceipted SENDs as fast
+/// as the gateway reads them for `run`, then one receipted end mark. Returns the healthy
+/// subscriber's share of what was sent, and the gateway's peak RSS.
+fn healthy_share(gw: &Gateway, core: usize, stalled: bool, run: Duration) -> (f64, u64) {
+    // The path the issue measured: the topic's owner core (where the publisher also reads)
+    // fans out over the ring to the subscribers' core.
+    let (name, owner) = (0..)
+        .map(|i| format!("iso-{stalled}-{i}"))
+        .map(|n| {
+            let owner = stompgate::mesh::topology::owner_of(stompgate::model::Pattern::Events, &stompgate::model::Channel(bytes::Bytes::from(n.clone())), 2);
+            (n, owner)
+        })
+        .find(|&(_, owner)| owner != core)
+        .unwrap();
+    let topic = format!("/topic/{name}");
+    let mut healthy = connect_on(gw.addr, core);
+    subscribe(&mut healthy, &topic, "healthy");
+    let _stalled = stalled.then(|| {
+        let mut s = connect_on(gw.addr, core);
+        shrink_receive_buffer(&s);
+        subscribe(&mut s, &topic, "stalled");
+        s
+    });
+    const END: &[u8] = b"END-OF-RUN\0";
+    healthy.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let counter = thread::spawn(move || {
+        // Frames end in NUL and the bodies hold none: count NULs until the end mark.
+        let (mut frames, mut tail) = (0u64, Vec::new());
+        let mut chunk = vec![0u8; 256 * 1024];
+        loop {
+            let n = match healthy.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => n,
+            };
+            frames += chunk[..n].iter().filter(|&&b| b == 0).count() as u64;
+            tail.extend_from_slice(&chunk[n.saturating_sub(END.len())..n]);
+            if tail.windows(END.len()).any(|w| w == END) {
+                return Some(frames - 1);
+            }
+            let keep = tail.len().saturating_sub(END.len());
+            tail.drain(..keep);
+        }
+    });
+    let mut publisher = connect_on(gw.addr, owner);
+    let body = vec![b'x'; 100];
+    let batch: Vec<u8> = (0..256).flat_map(|_| frame_bytes("SEND", &[("destination", &topic)], &body)).collect();
+    let mut sent = 0u64;
+    let end = Instant::now() + run;
+    let mut peak = 0;
+    while Instant::now() < end {
+        publisher.write_all(&batch).unwrap();
+        sent += 256;
+        if sent % (256 * 64) == 0 {
+            peak = peak.max(gw.rss_mib());
+        }
+    }
+    publisher.write_all(&frame_bytes("SEND", &[("destination", &topic), ("receipt", "end")], b"END-OF-RUN")).unwrap();
+    let f = read_frame(&mut publisher, &mut Vec::new()).expect("end-mark receipt");
+    assert!(f.starts_with(b"RECEIPT"), "{}", String::from_utf8_lossy(&f));
+    let received = counter.join().unwrap().expect("the healthy subscriber saw the end mark");
+    eprintln!("stalled={stalled}: healthy received {received} of {sent}");
+    (received as f64 / sent as f64, peak)
+}
+
+/// RSS bound for the isolation runs.
+const ISOLATION_RSS_MIB: u64 = 300;
+
+#[test]
+fn a_stalled_subscriber_costs_a_healthy_one_on_its_core_nothing() {
+    let gw = Gateway::start(&[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let canary = canary(gw.addr, Arc::clone(&stop));
+    let run = Duration::from_secs(4);
+    let (alone, peak_alone) = healthy_share(&gw, 1, false, run);
+    let (beside, peak_beside) = healthy_share(&gw, 1, true, run);
+    stop.store(true, Ordering::Relaxed);
+    let (worst, trips) = canary.join().unwrap();
+    eprintln!("healthy share alone {:.1} %, beside a stalled subscriber {:.1} %", alone * 100.0, beside * 100.0);
+    assert!(beside >= alone - 0.05, "healthy share fell from {:.1} % to {:.1} % beside a stalled subscriber", alone * 100.0, beside * 100.0);
+    let peak = peak_alone.max(peak_beside);
+    assert!(peak < ISOLATION_RSS_MIB, "gateway RSS peaked at {peak} MiB (bound {ISOLATION_RSS_MIB})");
+    assert!(trips > 0 && worst < CANARY_LATENCY, "canary: {trips} round trips, worst {worst:?}");
 }

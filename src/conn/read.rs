@@ -1,7 +1,7 @@
 //! The reader task: socket → decoder → session, one read batch at a time.
+use super::write::{OUTPUT_PAUSE_BYTES, OUTPUT_RESUME_BYTES};
 use super::Conn;
 use crate::engine::metrics::Metrics;
-use super::write::{OUTPUT_PAUSE_BYTES, OUTPUT_RESUME_BYTES};
 use crate::engine::Core;
 use crate::stomp::{DecodeError, Decoded, Decoder, Limits, WireError};
 use bytes::BytesMut;
@@ -26,9 +26,7 @@ const RECEIPTS_OWED_RESUME: usize = RECEIPTS_OWED_PAUSE / 2;
 /// until both are back under their resume marks. Called once per read batch; a batch adds at
 /// most what one read (`MAX_READ`) can ask for, so the bounds hold to within one batch.
 async fn wait_for_output(conn: &Conn) {
-    let over = |pause_bytes: usize, pause_receipts: usize| {
-        conn.wq.borrow().pending() > pause_bytes || conn.session.borrow().receipts_owed() > pause_receipts
-    };
+    let over = |pause_bytes: usize, pause_receipts: usize| conn.wq.borrow().pending() > pause_bytes || conn.session.borrow().receipts_owed() > pause_receipts;
     if !over(OUTPUT_PAUSE_BYTES, RECEIPTS_OWED_PAUSE) {
         return;
     }
