@@ -337,6 +337,7 @@ fn healthy_share(gw: &Gateway, core: usize, stalled: bool, run: Duration) -> (f6
         }
     });
     let mut publisher = connect_on(gw.addr, owner);
+    publisher.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let body = vec![b'x'; 100];
     let batch: Vec<u8> = (0..256).flat_map(|_| frame_bytes("SEND", &[("destination", &topic)], &body)).collect();
     let mut sent = 0u64;
@@ -345,7 +346,7 @@ fn healthy_share(gw: &Gateway, core: usize, stalled: bool, run: Duration) -> (f6
     while Instant::now() < end {
         publisher.write_all(&batch).unwrap();
         sent += 256;
-        if sent % (256 * 64) == 0 {
+        if sent.is_multiple_of(256 * 64) {
             peak = peak.max(gw.rss_mib());
         }
     }
