@@ -34,6 +34,7 @@ mod robustness;
 mod route_props;
 mod rpc;
 mod shutdown;
+mod slow_clients;
 mod smoke;
 mod start_position_props;
 mod start_stop;

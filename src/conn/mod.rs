@@ -49,6 +49,8 @@ pub struct Conn {
     last_write: Cell<Instant>,
     wq: RefCell<WriteQueue>,
     write_ready: LocalEvent,
+    /// Set by the writer after each write: a reader paused on pending output looks again.
+    output_drained: LocalEvent,
     /// The socket refused more bytes on the last write attempt (the peer is not reading).
     write_blocked: Cell<bool>,
     session: RefCell<Session>,
@@ -88,6 +90,7 @@ impl Conn {
             last_write: Cell::new(now),
             wq: RefCell::new(WriteQueue::default()),
             write_ready: LocalEvent::default(),
+            output_drained: LocalEvent::default(),
             write_blocked: Cell::new(false),
             session: RefCell::new(session),
             actions: RefCell::new(Vec::new()),
@@ -254,6 +257,7 @@ impl Endpoint for Conn {
         self.state.set(State::Dead);
         stream::shutdown_both(self.fd);
         self.write_ready.set();
+        self.output_drained.set();
     }
 }
 

@@ -1,7 +1,8 @@
 //! The reader task: socket → decoder → session, one read batch at a time.
+use super::write::{OUTPUT_PAUSE_BYTES, OUTPUT_RESUME_BYTES};
 use super::Conn;
 use crate::engine::metrics::Metrics;
-use crate::engine::{Core, OVERFLOW_PAUSE};
+use crate::engine::Core;
 use crate::stomp::{DecodeError, Decoded, Decoder, Limits, PartialShare, WireError};
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
@@ -11,6 +12,31 @@ use std::time::{Duration, Instant};
 /// Smallest and largest read (bytes).
 const MIN_READ: usize = 4096;
 const MAX_READ: usize = 256 * 1024;
+
+/// Frames waiting for their place in the receipt order above which the reader stops reading.
+/// A receipted SEND whose delivery is parked behind a full subscriber holds its receipt up to
+/// the 2 s slow-subscriber grace (`crate::delivery`), and every later receipt waits behind it:
+/// this is what paces a publisher that pipelines receipted frames without waiting for them.
+pub const RECEIPTS_OWED_PAUSE: usize = 1024;
+/// Once paused, reading resumes when the owed receipts are back under this.
+const RECEIPTS_OWED_RESUME: usize = RECEIPTS_OWED_PAUSE / 2;
+
+/// Back-pressure from output to input: while this connection's pending output is over
+/// [`OUTPUT_PAUSE_BYTES`] or its owed receipts over [`RECEIPTS_OWED_PAUSE`], stop reading it
+/// until both are back under their resume marks. Called once per read batch; a batch adds at
+/// most what one read (`MAX_READ`) can ask for, so the bounds hold to within one batch.
+async fn wait_for_output(conn: &Conn) {
+    let over = |pause_bytes: usize, pause_receipts: usize| conn.wq.borrow().pending() > pause_bytes || conn.session.borrow().receipts_owed() > pause_receipts;
+    if !over(OUTPUT_PAUSE_BYTES, RECEIPTS_OWED_PAUSE) {
+        return;
+    }
+    while over(OUTPUT_RESUME_BYTES, RECEIPTS_OWED_RESUME) && !conn.stops_reading() {
+        conn.output_drained.reset();
+        // The writer wakes us after each write; the timer covers a receipt place that
+        // completes without writing anything (and a close while paused).
+        futures_lite::future::or(conn.output_drained.wait(), glommio::timer::sleep(Duration::from_millis(10))).await;
+    }
+}
 
 pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream::ReadHalf) {
     let mut rbuf = BytesMut::with_capacity(MIN_READ);
@@ -74,11 +100,12 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
         // One Settle per subscription for the whole batch's ACKs (see session::PendingSettle).
         conn.with_session(core, |s, out| s.end_of_batch(out));
         core.drain_local();
-        // Back-pressure: while a peer core cannot keep up with what this core sends it,
-        // stop reading from clients rather than queueing without bound.
-        while core.overflow_len() > OVERFLOW_PAUSE && !conn.stops_reading() {
+        // Back-pressure: while a core cannot keep up with what another sends it, stop
+        // reading from clients (on every core) rather than queueing or dropping without bound.
+        while core.mesh_backed_up() && !conn.stops_reading() {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
+        wait_for_output(conn).await;
         // A socket that always has data would keep this task running forever (a ready read
         // never yields): let the writers and other connections run between batches.
         futures_lite::future::yield_now().await;

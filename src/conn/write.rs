@@ -17,10 +17,26 @@ pub enum Sent {
     AutoAck { sub: u32, tag: u64 },
 }
 
+/// Pending output (bytes queued plus bytes the writer holds) above which the connection's
+/// reader stops reading: a client that does not read what it is sent (receipts, errors,
+/// messages, replies) cannot make the gateway buffer without bound by sending more.
+pub const OUTPUT_PAUSE_BYTES: usize = 1 << 20;
+/// Once paused, reading resumes when pending output is back under this.
+pub const OUTPUT_RESUME_BYTES: usize = OUTPUT_PAUSE_BYTES / 2;
+
 #[derive(Default)]
 pub struct WriteQueue {
     pub buf: BytesMut,
     pub sent: Vec<Sent>,
+    /// Bytes of the batch the writer took that have not reached the socket yet.
+    pub in_flight: usize,
+}
+
+impl WriteQueue {
+    /// Output bytes not yet accepted by the socket.
+    pub fn pending(&self) -> usize {
+        self.buf.len() + self.in_flight
+    }
 }
 
 /// Returns whether it shut the socket down itself (after an ERROR or a DISCONNECT receipt).
@@ -43,6 +59,7 @@ pub async fn write_loop(core: &Rc<Core>, conn: &Rc<Conn>, wr: &mut super::stream
             let mut wq = conn.wq.borrow_mut();
             std::mem::swap(&mut wq.buf, &mut out);
             std::mem::swap(&mut wq.sent, &mut sent);
+            wq.in_flight = out.len();
         }
         if !out.is_empty() {
             if write_tracking_blocked(conn, wr, &out).await.is_err() {
@@ -52,6 +69,8 @@ pub async fn write_loop(core: &Rc<Core>, conn: &Rc<Conn>, wr: &mut super::stream
             }
             conn.last_write.set(Instant::now());
         }
+        // A reader paused on this connection's output looks again.
+        conn.output_drained.set();
         // Keep a burst's buffer for the next one, but do not let one large frame pin memory
         // on an otherwise idle connection.
         if out.capacity() > 256 * 1024 {
@@ -89,6 +108,7 @@ async fn write_tracking_blocked(conn: &Conn, wr: &mut super::stream::WriteHalf, 
         }
         conn.write_blocked.set(false);
         pos += n;
+        conn.wq.borrow_mut().in_flight = buf.len() - pos;
     }
     Ok(())
 }

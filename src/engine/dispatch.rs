@@ -1,11 +1,12 @@
 //! This core's end of the channel mesh: sending `CoreMsg`s to peers (and to itself), the
 //! per-peer overflow queues behind full rings, and the local queue.
 use super::metrics::Metrics;
-use super::Core;
+use super::{Core, LOSSY_SPILL_LIMIT, OVERFLOW_PAUSE};
 use crate::array::Outbox;
 use crate::mesh::msg::{CoreId, CoreMsg};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 
 impl Core {
     /// Sends `msg` to core `to` (itself included), never dropping it: when the peer's ring
@@ -30,19 +31,26 @@ impl Core {
             overflow[to].push_back(msg);
         }
         drop(overflow);
+        self.note_backlog();
         self.start_flusher(to);
     }
 
-    /// Sends an events delivery; if the peer's ring (or its overflow) is full the delivery is
-    /// dropped and counted — events are at-most-once and must not build unbounded queues.
+    /// Sends an events delivery. A full ring does not drop it at once: one `Deliver` carries
+    /// every subscription of the peer core, healthy ones included, so dropping it there would
+    /// make every subscriber on that core pay for the slowest core's backlog. It waits in the
+    /// overflow queue like any message — which pauses the readers of every core
+    /// (`mesh_backed_up`), pacing the publishers — and only past [`LOSSY_SPILL_LIMIT`] is it
+    /// dropped and counted: events are at-most-once and must not build unbounded queues.
     pub fn dispatch_lossy(self: &Rc<Self>, to: CoreId, msg: CoreMsg) {
         if to == self.id {
             self.local.borrow_mut().push_back(msg);
             return;
         }
-        if !self.overflow.borrow()[to].is_empty() || self.senders.try_send_to(to, msg).is_err() {
+        if self.overflow.borrow()[to].len() >= LOSSY_SPILL_LIMIT {
             Metrics::add(&self.metrics.mesh_events_dropped, 1);
+            return;
         }
+        self.dispatch(to, msg);
     }
 
     pub fn dispatch_all(self: &Rc<Self>, out: &mut Outbox) {
@@ -70,15 +78,36 @@ impl Core {
                     core.overflow.borrow_mut()[to].clear();
                     break;
                 }
+                core.note_backlog();
             }
             core.flushing[to].set(false);
+            core.note_backlog();
         })
         .detach();
     }
 
-    /// Longest overflow queue: readers pause while it is over `OVERFLOW_PAUSE`.
+    /// Longest overflow queue of this core.
     pub fn overflow_len(&self) -> usize {
         self.overflow.borrow().iter().map(VecDeque::len).max().unwrap_or(0)
+    }
+
+    /// Whether readers must pause: some core (this one or another) has a peer's ring backed
+    /// up beyond `OVERFLOW_PAUSE`. One relaxed load per read batch.
+    pub fn mesh_backed_up(&self) -> bool {
+        self.shared.backed_up_cores.load(Ordering::Relaxed) > 0
+    }
+
+    /// Keeps this core's entry in `Shared::backed_up_cores` true to its overflow queues. Called
+    /// only where the overflow changes (a full ring), so the common path pays nothing.
+    fn note_backlog(&self) {
+        let over = self.overflow_len() > OVERFLOW_PAUSE;
+        if self.backed_up.replace(over) != over {
+            if over {
+                self.shared.backed_up_cores.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.shared.backed_up_cores.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Handles every message addressed to this core itself, including ones that handling

@@ -31,6 +31,10 @@ use std::time::Instant;
 /// core pause (back-pressure onto the clients that produce them).
 pub const OVERFLOW_PAUSE: usize = 4096;
 
+/// How many events deliveries (no ticket) may wait in one peer's overflow queue; past it they
+/// are dropped and counted (`stompgate_mesh_events_dropped_total`).
+pub const LOSSY_SPILL_LIMIT: usize = 4 * OVERFLOW_PAUSE;
+
 pub struct Core {
     pub id: CoreId,
     pub cores: usize,
@@ -44,6 +48,8 @@ pub struct Core {
     /// Per peer: messages that found the ring full, in order; a flusher task drains them.
     overflow: RefCell<Vec<VecDeque<CoreMsg>>>,
     flushing: Vec<Cell<bool>>,
+    /// Whether this core counts itself in `Shared::backed_up_cores`.
+    backed_up: Cell<bool>,
     /// Messages addressed to this core itself; drained by `drain_local`.
     local: RefCell<VecDeque<CoreMsg>>,
     draining: Cell<bool>,
@@ -85,6 +91,7 @@ impl Core {
             senders,
             overflow: RefCell::new((0..cores).map(|_| VecDeque::new()).collect()),
             flushing: (0..cores).map(|_| Cell::new(false)).collect(),
+            backed_up: Cell::new(false),
             local: RefCell::new(VecDeque::new()),
             draining: Cell::new(false),
             backend,

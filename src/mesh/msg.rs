@@ -2,12 +2,12 @@
 //! interaction is a `CoreMsg` over glommio's channel mesh; a message to the sending core itself
 //! takes the same path through the core's local queue, so local and remote behave alike.
 //!
-//! Full rings (`engine::dispatch`): a `Deliver` without a ticket (events, owner → subscriber
-//! core) is dropped and counted when the peer's ring is full — events are at-most-once (seed
-//! 003). Every other variant, a ticketed `Deliver` included (its publisher's RECEIPT waits for
-//! it), is never dropped: it waits in the sending core's per-peer overflow queue until the ring
-//! has room, and while that queue is long the core's readers pause (back-pressure onto the
-//! clients producing it). Senders outside the cores (`ArrayHandle`, the egress link) use
+//! Full rings (`engine::dispatch`): every message waits in the sending core's per-peer overflow
+//! queue until the ring has room, and while any core's overflow queue is long every core's
+//! readers pause (back-pressure onto the clients producing it). Only a `Deliver` without a
+//! ticket (events, owner → subscriber core) may be dropped, and counted, once that queue holds
+//! `LOSSY_SPILL_LIMIT` messages — events are at-most-once (seed 003); a ticketed `Deliver` (its
+//! publisher's RECEIPT waits for it) never is. Senders outside the cores (`ArrayHandle`, the egress link) use
 //! unbounded channels: nothing there is dropped either.
 
 use crate::model::{Channel, Message, Pattern};
@@ -330,8 +330,8 @@ pub enum CoreMsg {
     /// With `done`, the core confirms (`Delivered`) once every one of those subscriptions has
     /// the frame in its write queue (or has lost it to the slow-subscriber rule): that is what a
     /// RECEIPT for an events SEND waits for, so a publisher that asks for receipts is paced by
-    /// its subscribers instead of overrunning them. Full ring: dropped and counted without
-    /// `done`, waits with it.
+    /// its subscribers instead of overrunning them. Full ring: waits (without
+    /// `done`: dropped and counted past `LOSSY_SPILL_LIMIT` in the overflow queue).
     Deliver {
         pattern: Pattern,
         msg: Arc<Message>,

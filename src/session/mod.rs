@@ -163,6 +163,12 @@ impl Session {
         !self.receipts.is_empty()
     }
 
+    /// How many frames still wait for their place in the receipt order (the connection's
+    /// reader pauses while too many do: `conn::read`).
+    pub fn receipts_owed(&self) -> usize {
+        self.receipts.len()
+    }
+
     /// Handles one frame. Returns false when the connection must stop reading (ERROR queued,
     /// or DISCONNECT).
     pub fn handle(&mut self, frame: Frame, host: &dyn Host, out: &mut Vec<Action>) -> bool {

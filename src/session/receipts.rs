@@ -73,6 +73,11 @@ impl Receipts {
         self.queue.is_empty()
     }
 
+    /// Places still held in the order (receipts and closes owed).
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Takes everything now due at the head of the queue, in order. After an ERROR nothing
     /// more is due: the queue is cleared.
     pub fn take_due(&mut self, due: &mut Vec<Due>) {
