@@ -819,7 +819,11 @@ mod tests {
         // An asker gone before its answer: what the pull reserved goes back at once.
         let (gone, receiver) = Mailbox::new();
         drop(receiver);
-        q.pull(PullRequest { channel: ch(), holder: sub(usize::MAX, 8), max: 5, wait: Duration::ZERO, mode: PullMode::Reserve, token: 9, reply: gone }, now, &mut out);
+        q.pull(
+            PullRequest { channel: ch(), holder: sub(usize::MAX, 8), max: 5, wait: Duration::ZERO, mode: PullMode::Reserve, token: 9, reply: gone },
+            now,
+            &mut out,
+        );
         assert_eq!(q.depth(&ch()).ready, 1, "the reservation was undone");
     }
 
