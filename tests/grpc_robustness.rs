@@ -644,6 +644,21 @@ fn wait_for_no_responder(stomp: &mut common::Client, svc: &str) -> usize {
     }
 }
 
+/// Answers `got` as its responder: executed, no body.
+async fn answer_executed(c: &mut Client, got: &pb::Request) {
+    ok(
+        "SendResponse",
+        c.send_response(pb::Response {
+            client_id: "r".into(),
+            request_id: got.request_id.clone(),
+            reply_channel: got.reply_channel.clone(),
+            executed: true,
+            ..Default::default()
+        }),
+    )
+    .await;
+}
+
 #[test]
 fn dropping_a_responder_stream_or_its_connection_leaves_no_responder() {
     let h = GrpcHarness::start();
@@ -657,17 +672,7 @@ fn dropping_a_responder_stream_or_its_connection_leaves_no_responder() {
         // Live: the STOMP request reaches it and gets its answer.
         stomp.send("SEND", &[("destination", &format!("/command/{svc}")), ("reply-to", "/reply/r"), ("correlation-id", "c1")], b"hello");
         let got = next(&mut responder).await;
-        ok(
-            "SendResponse",
-            c.send_response(pb::Response {
-                client_id: "r".into(),
-                request_id: got.request_id.clone(),
-                reply_channel: got.reply_channel.clone(),
-                executed: true,
-                ..Default::default()
-            }),
-        )
-        .await;
+        answer_executed(&mut c, &got).await;
         let m = stomp.read_messages(1).remove(0);
         assert_eq!((m.header("correlation-id"), m.header("x-kubemq-executed"), m.header("stomp-error")), (Some("c1"), Some("true"), None));
 
@@ -690,17 +695,7 @@ fn dropping_a_responder_stream_or_its_connection_leaves_no_responder() {
         stomp.send("SEND", &[("destination", &format!("/command/{svc}")), ("reply-to", "/reply/r"), ("correlation-id", "c2")], b"again");
         let got = next(&mut fresh).await;
         assert_eq!(got.body, b"again");
-        ok(
-            "SendResponse",
-            c.send_response(pb::Response {
-                client_id: "r".into(),
-                request_id: got.request_id.clone(),
-                reply_channel: got.reply_channel.clone(),
-                executed: true,
-                ..Default::default()
-            }),
-        )
-        .await;
+        answer_executed(&mut c, &got).await;
         let m = stomp.read_messages(1).remove(0);
         assert_eq!((m.header("correlation-id"), m.header("stomp-error")), (Some("c2"), None));
         stomp.no_frame(STOMP_QUIET);

@@ -8,9 +8,9 @@
 //! loopback ports; the harness's channel (`--name`) is unique to the test.
 use crate::common;
 
+use common::load::{harness, report};
 use common::{unique, TestServer};
 use serde_json::Value;
-use std::process::{Command, Output};
 
 /// The gateway plus its KubeMQ gRPC API; the gRPC server stops first on drop.
 struct Gateway {
@@ -36,19 +36,6 @@ impl Drop for Gateway {
             g.shutdown();
         }
     }
-}
-
-fn harness(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stompgate-load")).args(args).output().expect("stompgate-load runs")
-}
-
-/// The JSON report of a successful run.
-fn report(out: &Output) -> Value {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "stompgate-load failed ({:?}):\n{stderr}", out.status);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or_else(|| panic!("no JSON line; stderr:\n{stderr}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
 }
 
 fn run_rpc(g: &Gateway, kind: &str, extra: &[&str]) -> Value {
@@ -78,7 +65,7 @@ fn run_rpc(g: &Gateway, kind: &str, extra: &[&str]) -> Value {
         "--quiet",
     ];
     args.extend_from_slice(extra);
-    report(&harness(&args))
+    report(&harness(&args), "rpc")
 }
 
 fn assert_clean_run(r: &Value, kind: &str) {

@@ -6,10 +6,11 @@
 //! `--server-pid`, exactly as compare.sh does.
 use crate::common;
 
+use common::load::{harness, report};
 use common::{unique, TestServer};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 
 /// `stompgate-relay` on an ephemeral loopback port; killed on drop.
 struct Relay {
@@ -38,10 +39,6 @@ impl Drop for Relay {
     }
 }
 
-fn harness(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stompgate-load")).args(args).output().expect("stompgate-load runs")
-}
-
 /// Runs one scenario for a 1 s window and returns its JSON report (exit 0 required: exit 3
 /// would mean lost or duplicated messages).
 fn run(scenario: &[&str], port: u16, server_pid: u32) -> Value {
@@ -63,12 +60,7 @@ fn run(scenario: &[&str], port: u16, server_pid: u32) -> Value {
         "--json",
         "--quiet",
     ]);
-    let out = harness(&args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "stompgate-load {scenario:?} failed ({:?}):\n{stderr}", out.status);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or_else(|| panic!("no JSON line; stderr:\n{stderr}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    report(&harness(&args), &format!("{scenario:?}"))
 }
 
 fn n(r: &Value, key: &str) -> u64 {

@@ -9,6 +9,7 @@
 pub mod child;
 pub mod flow;
 pub mod grpc;
+pub mod load;
 pub mod metrics;
 pub mod props;
 pub mod stomp_client;
