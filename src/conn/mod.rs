@@ -293,6 +293,5 @@ pub async fn serve(core: Rc<Core>, stream: glommio::net::TcpStream) {
     }
     core.detach(id);
     conn.slot.give_back(&core.shared);
-    core.shared.connections.fetch_sub(1, Ordering::Relaxed);
     tracing::debug!(core = core.id, conn = id.0, "connection closed");
 }

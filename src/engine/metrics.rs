@@ -7,8 +7,6 @@ use std::sync::Arc;
 #[derive(Default)]
 pub struct Shared {
     pub shutdown: Arc<AtomicBool>,
-    /// Accepted STOMP sockets, connected or not.
-    pub connections: AtomicUsize,
     /// Connected STOMP sessions (past CONNECT): what `--max-connections` limits.
     pub sessions: AtomicUsize,
     /// Bytes of inbound frames not yet complete, over every connection (touched once per

@@ -367,7 +367,6 @@ async fn run_core(
             None => break,
             Some(Ok(stream)) => {
                 guard.accepted();
-                shared.connections.fetch_add(1, Ordering::Relaxed);
                 glommio::spawn_local(conn::serve(Rc::clone(&core), stream)).detach();
             }
             Some(Err(e)) => match guard.failed(listener_fd, std::io::Error::from(e)) {
