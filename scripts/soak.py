@@ -41,6 +41,9 @@ PARTIAL_FRAMES_BUDGET = 32 * MIB
 CONNECT_TIMEOUT_S = 10  # the default, stated so the check below can use it
 METRICS_HEADER_TIMEOUT_S = 5  # README: a request's headers must arrive within 5 s
 
+# After the last client hung up, how long the gateway may take to report no open connection.
+OPEN_CONNECTIONS_SETTLE_S = 20
+
 # What the run promises; each is checked at the end (a broken one makes the exit status 1).
 BOUNDS = {
     # Sum of what the abuses may legitimately make the gateway hold: the full queue (64 MiB),
@@ -704,10 +707,17 @@ def main():
     sampler.join(5)
     elapsed = time.time() - t_start
     alive = gw.poll() is None
-    metrics_after = {}
+    metrics_after, open_at_end = {}, None
     if alive:
         try:
             metrics_after = scrape(metrics_port)
+            # Every client has hung up: the gateway must let go of every connection (the cores
+            # report on their 100 ms tick; closes of paused connections may take a write or two).
+            settle = time.time() + OPEN_CONNECTIONS_SETTLE_S
+            open_at_end = metrics_after.get("stompgate_connections_open")
+            while open_at_end and time.time() < settle:
+                time.sleep(0.5)
+                open_at_end = scrape(metrics_port).get("stompgate_connections_open")
         except OSError as e:
             stats.error(f"final /metrics scrape: {e}")
         gw.terminate()
@@ -751,6 +761,7 @@ def main():
         "exit_on_sigterm": exit_code,
         "cpus": os.cpu_count(),
         "loadavg_1min": {"start": loadavg[0] if loadavg else None, "max": max(loadavg, default=None), "end": loadavg[-1] if loadavg else None},
+        "connections_open_at_end": open_at_end,
         "log_lines": len(log_text.splitlines()),
         "log_panics": log_text.count("panicked"),
         "rss_mib": {
@@ -780,6 +791,7 @@ def main():
             broken.append(text)
 
     check(alive, f"the gateway died (exit {gw.returncode})")
+    check(open_at_end == 0, f"{open_at_end} connections still open {OPEN_CONNECTIONS_SETTLE_S} s after every client hung up")
     check(result["log_panics"] == 0, "the gateway's log shows a panic")
     check(rss_mib and max(rss_mib) < BOUNDS["max_rss_mib"], f"max RSS {result['rss_mib']['max']} MiB >= {BOUNDS['max_rss_mib']} MiB")
     p99 = result["canary_ms"]["p99"]
@@ -816,7 +828,8 @@ def summary(r):
     delta = lambda name: (m.get(name, {}).get("after") or 0) - (m.get(name, {}).get("before") or 0)
     lines = [
         f"soak {r['utc']}: {r['duration_s']:.0f} s of every abuse at once ({r['elapsed_s']} s wall)",
-        f"  gateway      alive at end: {r['alive_at_end']}, exit on SIGTERM: {r['exit_on_sigterm']}, panics in log: {r['log_panics']}",
+        f"  gateway      alive at end: {r['alive_at_end']}, exit on SIGTERM: {r['exit_on_sigterm']}, panics in log: {r['log_panics']},"
+        f" connections open after the clients left: {r['connections_open_at_end']}",
         f"  machine      {r['cpus']} CPUs, 1-min load average start {r['loadavg_1min']['start']}, max {r['loadavg_1min']['max']}, end {r['loadavg_1min']['end']}",
         f"  RSS          start {r['rss_mib']['start']} MiB, max {r['rss_mib']['max']} MiB, end {r['rss_mib']['end']} MiB ({r['rss_mib']['samples']} samples)",
         f"  canary       p50 {c['p50']} ms, p99 {c['p99']} ms, max {c['max']} ms ({c['count']} round trips, {c['failures']} failed)",
