@@ -20,7 +20,7 @@ GATEWAY="$TARGET/release/stompgate"
 LOAD="$TARGET/release/stompgate-load"
 
 commit="$(git rev-parse --short HEAD)"
-git diff --quiet HEAD -- src perf/load scripts/soak.py || commit="$commit-dirty"
+[ -z "$(git status --porcelain -- src perf/load scripts/soak.py)" ] || commit="$commit-dirty"
 sha="$(sha256sum "$GATEWAY" | cut -d' ' -f1)"
 mkdir -p perf/results
 out="perf/results/soak-$(date -u +%Y-%m-%d).jsonl"
