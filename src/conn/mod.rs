@@ -152,7 +152,7 @@ impl Conn {
                 Action::Connected { version, heart_beat, advertised, session } => {
                     self.heartbeat.set(heart_beat);
                     self.write(core, |buf| server::write_connected(buf, version, advertised, &session));
-                    tracing::debug!(core = core.id, conn = self.id.0, version = version.as_str(), "connected");
+                    tracing::debug!(core = %core.id, conn = self.id.0, version = version.as_str(), "connected");
                 }
                 Action::Array { op, done } => core.submit(self.id, op, done),
                 Action::SettleParked(ticket) => core.confirm_parked(ticket),
@@ -164,7 +164,7 @@ impl Conn {
                     if self.state.get() != State::Open {
                         continue;
                     }
-                    tracing::debug!(core = core.id, conn = self.id.0, error = error.message(), "closing connection with ERROR");
+                    tracing::debug!(core = %core.id, conn = self.id.0, error = error.message(), "closing connection with ERROR");
                     let version = self.session.borrow().version();
                     self.write(core, |buf| server::write_error(buf, version, error, receipt.as_deref()));
                     self.drain();
@@ -270,7 +270,7 @@ pub async fn serve(core: Rc<Core>, stream: glommio::net::TcpStream) {
     let conn = Rc::new(Conn::new(id, fd, session));
     core.attach(id, Rc::clone(&conn) as Rc<dyn Endpoint>);
     Metrics::add(&core.metrics.connections_accepted, 1);
-    tracing::debug!(core = core.id, conn = id.0, "connection accepted");
+    tracing::debug!(core = %core.id, conn = id.0, "connection accepted");
 
     let writer = {
         let core = Rc::clone(&core);
@@ -293,5 +293,5 @@ pub async fn serve(core: Rc<Core>, stream: glommio::net::TcpStream) {
     }
     core.detach(id);
     conn.slot.give_back(&core.shared);
-    tracing::debug!(core = core.id, conn = id.0, "connection closed");
+    tracing::debug!(core = %core.id, conn = id.0, "connection closed");
 }

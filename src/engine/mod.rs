@@ -123,7 +123,7 @@ impl Core {
             *arena = bytes::BytesMut::with_capacity(8192);
         }
         let mut buf = itoa::Buffer::new();
-        arena.extend_from_slice(buf.format(self.id).as_bytes());
+        arena.extend_from_slice(buf.format(self.id.index()).as_bytes());
         arena.extend_from_slice(b"-");
         arena.extend_from_slice(buf.format(n).as_bytes());
         arena.split().freeze()
@@ -174,9 +174,9 @@ impl Core {
                 if let Some(t) = ticket {
                     self.completions.borrow_mut().expect(t, targets.len() as u32);
                 }
-                let last = targets.end - 1;
+                let last = CoreId(targets.end - 1);
                 let mut op = Some(op);
-                for to in targets {
+                for to in targets.map(CoreId) {
                     let this = if to == last { op.take() } else { op.clone() };
                     if let Some(msg) = this.and_then(|op| backend::message_for(op, at, ticket)) {
                         self.dispatch(to, msg);
@@ -190,7 +190,7 @@ impl Core {
     /// panic while handling is contained and logged: it loses that message, never the core.
     pub fn handle(self: &Rc<Self>, msg: CoreMsg) {
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_inner(msg))).is_err() {
-            tracing::error!(core = self.id, "internal error while handling a core message");
+            tracing::error!(core = %self.id, "internal error while handling a core message");
         }
     }
 
@@ -280,7 +280,7 @@ impl Core {
             }
             // Array work the backend did not take: with a remote array, management calls
             // (pulls, responders, channel listing) never reach a gateway in front of one.
-            other => tracing::debug!(core = self.id, msg = other.name(), "not handled on this core"),
+            other => tracing::debug!(core = %self.id, msg = other.name(), "not handled on this core"),
         }
     }
 

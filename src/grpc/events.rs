@@ -329,8 +329,8 @@ pub async fn subscribe(b: Arc<Bridge>, s: pb::Subscribe) -> Result<BoxStream<pb:
 
     let conn = b.new_conn();
     let cores = b.array.cores();
-    let host = if wildcard { (conn.0 % cores as u64) as usize } else { b.owner_of(pattern, &channel) };
-    let targets: Vec<usize> = if wildcard { (0..cores).collect() } else { vec![host] };
+    let host = if wildcard { CoreId((conn.0 % cores as u64) as usize) } else { b.owner_of(pattern, &channel) };
+    let targets: Vec<CoreId> = if wildcard { CoreId::all(cores).collect() } else { vec![host] };
     let limit = b.limits.subscriber_buffer.max(1);
     let (tx, rx) = mpsc::channel(limit);
     let sink = Arc::new(EventSink::new(tx, limit, b.array.clone(), host));

@@ -11,7 +11,7 @@ use super::bridge::{Bridge, HOLDER_CORE};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::mesh::confirm::{Confirmation, Outcome, QUEUE_FULL};
-use crate::mesh::msg::{CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
+use crate::mesh::msg::{CoreId, CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, Incoming};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -470,7 +470,7 @@ pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamReq
 /// (substring; empty = all).
 pub async fn info(b: &Bridge, r: pb::QueuesInfoRequest) -> pb::QueuesInfoResponse {
     let mut queues = Vec::new();
-    for core in 0..b.array.cores() {
+    for core in CoreId::all(b.array.cores()) {
         let (reply, answer) = Mailbox::new();
         if b.array.send(core, CoreMsg::ListChannels { pattern: Pattern::Queues, reply }) {
             queues.extend(answer.recv_async().await.unwrap_or_default());

@@ -41,7 +41,7 @@ pub fn reply_channel(owner: CoreId, request_id: &[u8]) -> String {
 pub fn parse_reply_channel(reply: &str) -> Option<(CoreId, Bytes)> {
     let rest = reply.strip_prefix(REPLY_PREFIX)?;
     let (core, id) = rest.split_once('.')?;
-    Some((core.parse().ok()?, Bytes::copy_from_slice(id.as_bytes())))
+    Some((CoreId(core.parse().ok()?), Bytes::copy_from_slice(id.as_bytes())))
 }
 
 /// A request as a responder receives it.
@@ -102,7 +102,7 @@ pub fn respond(b: &Bridge, r: pb::Response) -> Result<pb::Empty, Status> {
     if r.reply_channel.is_empty() {
         return Err(validate::NO_CHANNEL.status());
     }
-    let Some((owner, request_id)) = parse_reply_channel(&r.reply_channel).filter(|(core, _)| *core < b.array.cores()) else {
+    let Some((owner, request_id)) = parse_reply_channel(&r.reply_channel).filter(|(core, _)| core.index() < b.array.cores()) else {
         return Err(Status::invalid_argument(format!("Error 303: unknown reply channel {:?}", r.reply_channel)));
     };
     let outcome = convert::outcome_of_response(r);
@@ -213,9 +213,9 @@ mod tests {
 
     #[test]
     fn reply_channels_round_trip() {
-        let rc = reply_channel(1, b"0-17");
+        let rc = reply_channel(CoreId(1), b"0-17");
         assert_eq!(rc, "_stompgate.reply.1.0-17");
-        assert_eq!(parse_reply_channel(&rc), Some((1, Bytes::from_static(b"0-17"))));
+        assert_eq!(parse_reply_channel(&rc), Some((CoreId(1), Bytes::from_static(b"0-17"))));
         assert_eq!(parse_reply_channel("other"), None);
         assert_eq!(parse_reply_channel("_stompgate.reply.x.1"), None);
     }

@@ -14,8 +14,27 @@ use crate::model::{Channel, Message, Pattern};
 use bytes::Bytes;
 use std::sync::Arc;
 
-/// Index of a core in the mesh.
-pub type CoreId = usize;
+/// Index of a core in the mesh (0 .. the core count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CoreId(pub usize);
+
+impl CoreId {
+    /// The position of this core in per-core tables (the mesh's senders, per-core lists).
+    pub fn index(self) -> usize {
+        self.0
+    }
+
+    /// Every core of a mesh of `cores`, in order.
+    pub fn all(cores: usize) -> impl Iterator<Item = CoreId> {
+        (0..cores).map(CoreId)
+    }
+}
+
+impl std::fmt::Display for CoreId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// A connection, unique within its core for the process's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
