@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stompgate::array::queue::Queues;
 use stompgate::array::Outbox;
-use stompgate::mesh::msg::{ConnId, CoreId, CoreMsg, QueueMeta, Settle, SubRef, Ticket};
+use stompgate::mesh::msg::{ConnId, CoreId, CoreMsg, QueueMeta, Settle, SubNo, SubRef, Ticket};
 use stompgate::model::{Channel, Message};
 
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,7 +105,7 @@ struct Model {
 }
 
 fn sub(consumer: usize) -> SubRef {
-    SubRef { core: CoreId(0), conn: ConnId(consumer as u64 + 1), sub: 1 }
+    SubRef { core: CoreId(0), conn: ConnId(consumer as u64 + 1), sub: SubNo(1) }
 }
 
 fn jobs() -> Channel {

@@ -113,10 +113,10 @@ fn push_for_core(per_core: &mut Vec<Vec<SubRef>>, cores: usize, sub: SubRef) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::msg::ConnId;
+    use crate::mesh::msg::{ConnId, SubNo};
 
     fn sub(core: usize, conn: u64, sub: u32) -> SubRef {
-        SubRef { core: CoreId(core), conn: ConnId(conn), sub }
+        SubRef { core: CoreId(core), conn: ConnId(conn), sub: SubNo(sub) }
     }
     fn msg(channel: &'static str) -> Arc<Message> {
         Arc::new(Message {

@@ -563,11 +563,11 @@ fn dead_letter(from: &Channel, entry: Entry, cores: usize, out: &mut Outbox) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::msg::{ConnId, Mailbox};
+    use crate::mesh::msg::{ConnId, Mailbox, SubNo};
     use bytes::Bytes;
 
     fn sub(core: usize, conn: u64) -> SubRef {
-        SubRef { core: CoreId(core), conn: ConnId(conn), sub: 1 }
+        SubRef { core: CoreId(core), conn: ConnId(conn), sub: SubNo(1) }
     }
     fn msg(body: &str) -> Arc<Message> {
         Arc::new(Message {

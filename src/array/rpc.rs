@@ -152,7 +152,7 @@ fn reply(req: &RpcRequest, outcome: RpcOutcome) -> (CoreId, CoreMsg) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::msg::{ConnId, SubRef};
+    use crate::mesh::msg::{ConnId, SubNo, SubRef};
     use crate::model::Message;
     use std::sync::Arc;
 
@@ -171,7 +171,7 @@ mod tests {
                 sequence: 0,
             }),
             timeout_ms,
-            reply_to: SubRef { core: CoreId(1), conn: ConnId(7), sub: 3 },
+            reply_to: SubRef { core: CoreId(1), conn: ConnId(7), sub: SubNo(3) },
             correlation_id: Some(Bytes::from_static(b"c1")),
             span: Bytes::new(),
         }
@@ -181,7 +181,7 @@ mod tests {
             .map(|(core, m)| match m {
                 CoreMsg::RpcReply { outcome, reply_to, correlation_id, .. } => {
                     assert_eq!(*core, CoreId(1));
-                    assert_eq!(reply_to.sub, 3);
+                    assert_eq!(reply_to.sub, SubNo(3));
                     assert_eq!(correlation_id.as_deref(), Some(&b"c1"[..]));
                     (**outcome).clone()
                 }

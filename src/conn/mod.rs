@@ -13,7 +13,7 @@ use crate::engine::endpoint::{Delivery, Endpoint};
 use crate::engine::event::LocalEvent;
 use crate::engine::metrics::Metrics;
 use crate::engine::Core;
-use crate::mesh::msg::{ConnId, CoreId, RpcOutcome, Ticket};
+use crate::mesh::msg::{ConnId, CoreId, RpcOutcome, SubNo, Ticket};
 use crate::model::{Message, Pattern};
 use crate::session::{Action, Host, Session};
 use crate::stomp::{server, WireError};
@@ -215,15 +215,15 @@ impl Conn {
 }
 
 impl Endpoint for Conn {
-    fn deliver_event(&self, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, sub: u32, ticket: Option<Ticket>) -> Delivery {
+    fn deliver_event(&self, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, sub: SubNo, ticket: Option<Ticket>) -> Delivery {
         deliver::event(self, core, pattern, msg, sub, ticket)
     }
 
-    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: u32, owner: CoreId, tag: u64, redelivered: bool) -> bool {
+    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, owner: CoreId, tag: u64, redelivered: bool) -> bool {
         deliver::queue(self, core, msg, sub, owner, tag, redelivered)
     }
 
-    fn deliver_rpc_reply(&self, core: &Rc<Core>, sub: u32, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome) {
+    fn deliver_rpc_reply(&self, core: &Rc<Core>, sub: SubNo, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome) {
         deliver::rpc_reply(self, core, sub, pattern, correlation_id, outcome)
     }
 

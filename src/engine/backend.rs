@@ -9,7 +9,7 @@
 //! Front-ends never see the difference: they submit [`ArrayOp`]s (`Core::submit`) and get
 //! completions and deliveries back through `Endpoint`.
 use crate::array::{Outbox, Shard};
-use crate::mesh::msg::{CoreMsg, SubRef, Ticket};
+use crate::mesh::msg::{CoreMsg, SubNo, SubRef, Ticket};
 use crate::mesh::op::ArrayOp;
 use crate::mesh::topology::owner_of;
 use crate::model::{now_unix_ns, Pattern};
@@ -155,7 +155,7 @@ fn announce(done: Option<Ticket>, out: &mut Outbox) {
 /// The mesh message for `op` from connection `at` (each op names its own subscription
 /// number), confirming `done`. `None` for a barrier nobody waits for.
 pub fn message_for(op: ArrayOp, at: SubRef, done: Option<Ticket>) -> Option<CoreMsg> {
-    let sub = |n: u32| SubRef { sub: n, ..at };
+    let sub = |n: SubNo| SubRef { sub: n, ..at };
     Some(match op {
         ArrayOp::Publish { pattern, msg } => CoreMsg::Publish { pattern, msg, done },
         ArrayOp::QueueSend { msg } => CoreMsg::QueueSend { msg, meta: None, done },

@@ -13,7 +13,7 @@ pub mod metrics;
 
 use crate::array::{Outbox, Shard};
 use crate::config::Config;
-use crate::mesh::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Settle, SubRef, Ticket};
+use crate::mesh::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Settle, SubNo, SubRef, Ticket};
 use crate::mesh::op::ArrayOp;
 use ahash::AHashMap;
 use backend::{Backend, Route};
@@ -159,7 +159,7 @@ impl Core {
     /// (`Endpoint::failed`). Whether the array is embedded or remote is decided here and in
     /// [`Backend`] only.
     pub fn submit(self: &Rc<Self>, conn: ConnId, op: ArrayOp, done: Option<u64>) {
-        let at = SubRef { core: self.id, conn, sub: 0 };
+        let at = SubRef { core: self.id, conn, sub: SubNo(0) };
         let ticket = done.map(|token| Ticket { core: self.id, conn, token });
         match self.backend.route(&op, self.cores) {
             Route::Egress => {

@@ -10,7 +10,7 @@
 use super::bridge::{Bridge, OnDrop};
 use super::stream::MailboxStream;
 use super::{pb, validate, BoxStream};
-use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, Mailbox, RpcOutcome, RpcRequest, SubRef};
+use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, Mailbox, RpcOutcome, RpcRequest, SubNo, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
 use bytes::Bytes;
@@ -158,7 +158,7 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
         request_id: Bytes::from(b.unique_id("g").into_bytes()),
         msg,
         timeout_ms,
-        reply_to: SubRef { core: owner, conn, sub: 0 },
+        reply_to: SubRef { core: owner, conn, sub: SubNo(0) },
         correlation_id: None,
         span: Bytes::from(r.span),
     };

@@ -40,13 +40,24 @@ impl std::fmt::Display for CoreId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConnId(pub u64);
 
+/// A subscription's number within its connection, assigned by the gateway (not the client's
+/// `id` header, which is the client's own name for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SubNo(pub u32);
+
+impl std::fmt::Display for SubNo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// A subscription anywhere in the process: core, connection and the connection-local
 /// subscription number (not the client's `id` header, which may repeat across connections).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SubRef {
     pub core: CoreId,
     pub conn: ConnId,
-    pub sub: u32,
+    pub sub: SubNo,
 }
 
 /// Where Events-Store delivery starts (`x-kubemq-start`).

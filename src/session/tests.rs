@@ -443,7 +443,7 @@ fn transactions_hold_frames_until_commit_and_drop_them_on_abort() {
 }
 
 /// A queue subscription holding deliveries 1..=n from core 0.
-fn holding(s: &mut Session, ack: &str, n: u64) -> u32 {
+fn holding(s: &mut Session, ack: &str, n: u64) -> SubNo {
     let (_, out) = feed(s, frame(Command::Subscribe, &[("destination", "/queue/jobs"), ("id", "s"), ("ack", ack)], ""));
     let sub = match ops(&out).as_slice() {
         [(ArrayOp::Subscribe { sub, .. }, _)] => *sub,
