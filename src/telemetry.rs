@@ -40,7 +40,7 @@ pub struct CoreMetrics {
 }
 
 impl CoreMetrics {
-    pub fn new(core: usize) -> CoreMetrics {
+    pub fn new(core: crate::mesh::msg::CoreId) -> CoreMetrics {
         let core = core.to_string();
         CoreMetrics {
             connections_accepted: counter!("stompgate_connections_accepted_total", "core" => core.clone()),
@@ -105,7 +105,7 @@ pub struct EgressMetrics {
 }
 
 impl EgressMetrics {
-    pub fn new(core: usize) -> EgressMetrics {
+    pub fn new(core: crate::mesh::msg::CoreId) -> EgressMetrics {
         let core = core.to_string();
         let stream = |s: Stream| {
             let labels = [("core", core.clone()), ("stream", s.label().to_string())];

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stompgate::array::queue::Queues;
 use stompgate::array::Outbox;
-use stompgate::mesh::msg::{ConnId, CoreMsg, QueueMeta, Settle, SubRef, Ticket};
+use stompgate::mesh::msg::{ConnId, CoreId, CoreMsg, QueueMeta, Settle, SubNo, SubRef, Ticket};
 use stompgate::model::{Channel, Message};
 
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,7 +105,7 @@ struct Model {
 }
 
 fn sub(consumer: usize) -> SubRef {
-    SubRef { core: 0, conn: ConnId(consumer as u64 + 1), sub: 1 }
+    SubRef { core: CoreId(0), conn: ConnId(consumer as u64 + 1), sub: SubNo(1) }
 }
 
 fn jobs() -> Channel {
@@ -156,10 +156,10 @@ impl Model {
     /// Applies what the queue emitted, checking each item against the model.
     fn absorb(&mut self, out: &mut Outbox, now: Instant) -> Result<(), TestCaseError> {
         for (core, m) in out.drain(..) {
-            prop_assert_eq!(core, 0);
+            prop_assert_eq!(core, CoreId(0));
             match m {
                 CoreMsg::QueueDeliver { sub: s, owner, tag, msg, redelivered } => {
-                    prop_assert_eq!(owner, 0);
+                    prop_assert_eq!(owner, CoreId(0));
                     let consumer = (0..CONSUMERS).find(|&c| sub(c) == s).expect("a known consumer");
                     let i: usize = std::str::from_utf8(&msg.id).unwrap().parse().unwrap();
                     let m = &mut self.msgs[i];
@@ -220,7 +220,7 @@ impl Model {
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let mut q = Queues::new(0, 1, ACK_TIMEOUT);
+    let mut q = Queues::new(CoreId(0), 1, ACK_TIMEOUT);
     let mut model = Model::new();
     let mut out = Outbox::new();
     let mut now = Instant::now();
@@ -234,7 +234,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     (max_receive > 0).then(|| Box::new(QueueMeta { max_receive, dead_letter: Some(Channel::from_static("jobs.dlq")), ..QueueMeta::default() }));
                 let done = receipt.then(|| {
                     model.receipts_sent.push(i as u64);
-                    Ticket { core: 0, conn: ConnId(99), token: i as u64 }
+                    Ticket { core: CoreId(0), conn: ConnId(99), token: i as u64 }
                 });
                 q.send(message(i), meta, done, now, &mut out);
             }

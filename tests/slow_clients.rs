@@ -320,7 +320,8 @@ fn healthy_share(gw: &Gateway, core: usize, stalled: bool, run: Duration) -> (f6
     let (name, owner) = (0..)
         .map(|i| format!("iso-{stalled}-{i}"))
         .map(|n| {
-            let owner = stompgate::mesh::topology::owner_of(stompgate::model::Pattern::Events, &stompgate::model::Channel(bytes::Bytes::from(n.clone())), 2);
+            let owner =
+                stompgate::mesh::topology::owner_of(stompgate::model::Pattern::Events, &stompgate::model::Channel(bytes::Bytes::from(n.clone())), 2).index();
             (n, owner)
         })
         .find(|&(_, owner)| owner != core)

@@ -94,7 +94,7 @@ impl Events {
         }
         for (core, subs) in per_core.into_iter().enumerate() {
             if !subs.is_empty() {
-                out.push((core, CoreMsg::Deliver { pattern, msg: Arc::clone(msg), subs, done: None }));
+                out.push((CoreId(core), CoreMsg::Deliver { pattern, msg: Arc::clone(msg), subs, done: None }));
             }
         }
     }
@@ -102,21 +102,21 @@ impl Events {
 
 fn push_for_core(per_core: &mut Vec<Vec<SubRef>>, cores: usize, sub: SubRef) {
     if per_core.is_empty() {
-        per_core.resize_with(cores.max(sub.core + 1), Vec::new);
+        per_core.resize_with(cores.max(sub.core.index() + 1), Vec::new);
     }
-    if sub.core >= per_core.len() {
-        per_core.resize_with(sub.core + 1, Vec::new);
+    if sub.core.index() >= per_core.len() {
+        per_core.resize_with(sub.core.index() + 1, Vec::new);
     }
-    per_core[sub.core as CoreId].push(sub);
+    per_core[sub.core.index()].push(sub);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::msg::ConnId;
+    use crate::mesh::msg::{ConnId, SubNo};
 
     fn sub(core: usize, conn: u64, sub: u32) -> SubRef {
-        SubRef { core, conn: ConnId(conn), sub }
+        SubRef { core: CoreId(core), conn: ConnId(conn), sub: SubNo(sub) }
     }
     fn msg(channel: &'static str) -> Arc<Message> {
         Arc::new(Message {
@@ -133,7 +133,7 @@ mod tests {
     fn delivered(out: &Outbox) -> Vec<(usize, Vec<SubRef>)> {
         out.iter()
             .map(|(c, m)| match m {
-                CoreMsg::Deliver { subs, .. } => (*c, subs.clone()),
+                CoreMsg::Deliver { subs, .. } => (c.index(), subs.clone()),
                 _ => panic!("unexpected message"),
             })
             .collect()

@@ -563,11 +563,11 @@ fn dead_letter(from: &Channel, entry: Entry, cores: usize, out: &mut Outbox) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::msg::{ConnId, Mailbox};
+    use crate::mesh::msg::{ConnId, Mailbox, SubNo};
     use bytes::Bytes;
 
     fn sub(core: usize, conn: u64) -> SubRef {
-        SubRef { core, conn: ConnId(conn), sub: 1 }
+        SubRef { core: CoreId(core), conn: ConnId(conn), sub: SubNo(1) }
     }
     fn msg(body: &str) -> Arc<Message> {
         Arc::new(Message {
@@ -587,7 +587,7 @@ mod tests {
             .map(|(core, m)| match m {
                 CoreMsg::QueueDeliver { sub, tag, msg, redelivered, owner } => {
                     assert_eq!(core, sub.core);
-                    assert_eq!(owner, 0);
+                    assert_eq!(owner, CoreId(0));
                     (sub, tag, String::from_utf8(msg.body.to_vec()).unwrap(), redelivered)
                 }
                 _ => panic!(),
@@ -600,7 +600,7 @@ mod tests {
 
     #[test]
     fn competing_consumers_each_message_once() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 100, now, &mut out);
@@ -618,7 +618,7 @@ mod tests {
 
     #[test]
     fn prefetch_limits_unacked_and_ack_frees_room() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 2, now, &mut out);
@@ -634,7 +634,7 @@ mod tests {
 
     #[test]
     fn nack_requeues_at_tail_with_redelivered() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 1, now, &mut out);
@@ -651,7 +651,7 @@ mod tests {
 
     #[test]
     fn release_requeues_at_head_in_order() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
@@ -670,7 +670,7 @@ mod tests {
 
     #[test]
     fn ack_timeout_requeues() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(2));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(2));
         let t0 = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, t0, &mut out);
@@ -688,7 +688,7 @@ mod tests {
 
     #[test]
     fn foreign_tag_is_ignored() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
@@ -700,7 +700,7 @@ mod tests {
 
     #[test]
     fn channels_persist_until_deleted() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
@@ -721,7 +721,7 @@ mod tests {
 
     #[test]
     fn reject_at_the_receive_limit_dead_letters_at_once() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
@@ -732,7 +732,7 @@ mod tests {
         assert_eq!((d[0].2.as_str(), d[0].3), ("poison", true), "second delivery");
         q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Nack, now, &mut out);
         match out.pop() {
-            Some((0, CoreMsg::QueueSend { msg, meta: Some(meta), .. })) => {
+            Some((CoreId(0), CoreMsg::QueueSend { msg, meta: Some(meta), .. })) => {
                 assert_eq!(msg.channel, Channel::from_static("dlq"));
                 assert_eq!(meta.rerouted_from, Some(ch()));
                 assert_eq!(meta.max_receive, 0);
@@ -745,7 +745,7 @@ mod tests {
 
     #[test]
     fn released_past_the_limit_without_dead_letter_queue_is_discarded() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
@@ -759,7 +759,7 @@ mod tests {
 
     #[test]
     fn expired_messages_are_discarded_and_delayed_ones_wait() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let now_ns = now_unix_ns();
         let mut out = Outbox::new();
@@ -776,7 +776,7 @@ mod tests {
 
     #[test]
     fn pulls_reserve_remove_peek_and_purge() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         let (mailbox, answers) = Mailbox::new();
@@ -828,7 +828,7 @@ mod tests {
     }
 
     fn ticket(token: u64) -> Ticket {
-        Ticket { core: 1, conn: ConnId(9), token }
+        Ticket { core: CoreId(1), conn: ConnId(9), token }
     }
     fn confirmed(out: &Outbox) -> Vec<u64> {
         out.iter()
@@ -841,7 +841,7 @@ mod tests {
 
     #[test]
     fn receipts_are_immediate_without_consumers_or_backlog() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         // Nobody consumes: a work buffer fills without pacing.
@@ -854,7 +854,7 @@ mod tests {
 
     #[test]
     fn receipts_are_held_while_consumers_are_behind() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 10, now, &mut out); // high water = max(10 * 16, 1024)
@@ -888,7 +888,7 @@ mod tests {
 
     #[test]
     fn held_receipts_are_released_when_consumers_leave() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30));
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
         let now = Instant::now();
         let mut out = Outbox::new();
         q.subscribe(ch(), sub(0, 1), 1, now, &mut out);
@@ -927,7 +927,7 @@ mod tests {
             ("unlimited", 0, 0, &["a", "b", "c"], &[]),
         ];
         for (name, max_messages, max_bytes, bodies, refused) in cases {
-            let mut q = Queues::new(0, 1, Duration::from_secs(30)).with_depth_limit(max_messages, max_bytes);
+            let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30)).with_depth_limit(max_messages, max_bytes);
             let now = Instant::now();
             let mut out = Outbox::new();
             for (i, body) in bodies.iter().enumerate() {
@@ -943,7 +943,7 @@ mod tests {
 
     #[test]
     fn a_send_without_ticket_over_the_limit_is_dropped_and_counted() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30)).with_depth_limit(1, 0);
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30)).with_depth_limit(1, 0);
         let now = Instant::now();
         let mut out = Outbox::new();
         q.send(msg("a"), None, None, now, &mut out);
@@ -955,7 +955,7 @@ mod tests {
 
     #[test]
     fn messages_leaving_for_good_make_room_and_requeued_ones_do_not() {
-        let mut q = Queues::new(0, 1, Duration::from_secs(30)).with_depth_limit(0, 4);
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30)).with_depth_limit(0, 4);
         let now = Instant::now();
         let mut out = Outbox::new();
         q.send(msg("aa"), None, None, now, &mut out);

@@ -2,7 +2,7 @@
 //! their answer, and timeouts. STOMP is requester-only (seed 003); responders attach through
 //! the array API (`CoreMsg::RegisterResponder`), which the gRPC side uses.
 use super::Outbox;
-use crate::mesh::msg::{CoreMsg, Mailbox, RpcOutcome, RpcRequest};
+use crate::mesh::msg::{CoreId, CoreMsg, Mailbox, RpcOutcome, RpcRequest};
 use crate::model::{Channel, Pattern};
 use ahash::AHashMap;
 use bytes::Bytes;
@@ -142,7 +142,7 @@ impl Rpc {
     }
 }
 
-fn reply(req: &RpcRequest, outcome: RpcOutcome) -> (usize, CoreMsg) {
+fn reply(req: &RpcRequest, outcome: RpcOutcome) -> (CoreId, CoreMsg) {
     (
         req.reply_to.core,
         CoreMsg::RpcReply { reply_to: req.reply_to, pattern: req.pattern, correlation_id: req.correlation_id.clone(), outcome: Box::new(outcome) },
@@ -152,7 +152,7 @@ fn reply(req: &RpcRequest, outcome: RpcOutcome) -> (usize, CoreMsg) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::msg::{ConnId, SubRef};
+    use crate::mesh::msg::{ConnId, SubNo, SubRef};
     use crate::model::Message;
     use std::sync::Arc;
 
@@ -171,7 +171,7 @@ mod tests {
                 sequence: 0,
             }),
             timeout_ms,
-            reply_to: SubRef { core: 1, conn: ConnId(7), sub: 3 },
+            reply_to: SubRef { core: CoreId(1), conn: ConnId(7), sub: SubNo(3) },
             correlation_id: Some(Bytes::from_static(b"c1")),
             span: Bytes::new(),
         }
@@ -180,8 +180,8 @@ mod tests {
         out.iter()
             .map(|(core, m)| match m {
                 CoreMsg::RpcReply { outcome, reply_to, correlation_id, .. } => {
-                    assert_eq!(*core, 1);
-                    assert_eq!(reply_to.sub, 3);
+                    assert_eq!(*core, CoreId(1));
+                    assert_eq!(reply_to.sub, SubNo(3));
                     assert_eq!(correlation_id.as_deref(), Some(&b"c1"[..]));
                     (**outcome).clone()
                 }

@@ -126,7 +126,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::msg::ConnId;
+    use crate::mesh::msg::{ConnId, CoreId, SubNo};
     use bytes::Bytes;
 
     fn msg(body: &'static str) -> Arc<Message> {
@@ -150,7 +150,7 @@ mod tests {
             .collect()
     }
     fn interest() -> Interest {
-        Interest { sub: SubRef { core: 0, conn: ConnId(1), sub: 1 }, group: None }
+        Interest { sub: SubRef { core: CoreId(0), conn: ConnId(1), sub: SubNo(1) }, group: None }
     }
 
     fn store_with_three() -> Store {

@@ -57,7 +57,7 @@ impl Conn {
             return;
         }
         let sent_something = self.last_read.get() > self.accepted_at;
-        tracing::debug!(core = core.id, conn = self.id.0, sent_something, "no CONNECT before the deadline; closing");
+        tracing::debug!(core = %core.id, conn = self.id.0, sent_something, "no CONNECT before the deadline; closing");
         if sent_something {
             self.fail(core, WireError::NotConnected, None);
         } else {

@@ -7,7 +7,7 @@ use crate::delivery::park_limit;
 use crate::engine::endpoint::Delivery;
 use crate::engine::metrics::Metrics;
 use crate::engine::Core;
-use crate::mesh::msg::{CoreId, RpcOutcome, Ticket};
+use crate::mesh::msg::{CoreId, RpcOutcome, SubNo, Ticket};
 use crate::model::{Message, Pattern};
 use crate::route::{write_egress_destination, write_egress_tag_headers};
 use crate::session::{message_id, ParkedEvent, Subscription};
@@ -45,7 +45,7 @@ fn count_dropped_headers(core: &Core, dropped: u32) {
 /// SubBuffSize frames wait *and* the socket is refusing bytes (frames queued during one burst
 /// that the writer has not reached yet are no sign of a slow subscriber); a delivery that finds
 /// it full is parked, in order, behind the ones already waiting.
-pub fn event(conn: &Conn, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, n: u32, ticket: Option<Ticket>) -> Delivery {
+pub fn event(conn: &Conn, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, n: SubNo, ticket: Option<Ticket>) -> Delivery {
     if !conn.is_open() {
         return Delivery::Gone;
     }
@@ -70,7 +70,7 @@ pub fn event(conn: &Conn, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>,
 }
 
 /// Encodes one events MESSAGE into the write queue.
-fn write_event(core: &Core, wq: &mut WriteQueue, version: Version, sub: &mut Subscription, n: u32, pattern: Pattern, msg: &Message) {
+fn write_event(core: &Core, wq: &mut WriteQueue, version: Version, sub: &mut Subscription, n: SubNo, pattern: Pattern, msg: &Message) {
     let ack = (version == Version::V1_2 && sub.needs_ack()).then_some(&msg.id[..]);
     let dropped = with_destination(pattern, msg.channel.as_bytes(), |destination| {
         let head = MessageHead { destination, message_id: &msg.id, subscription: &sub.id, ack, redelivered: false, correlation_id: None };
@@ -125,7 +125,7 @@ pub fn unpark(conn: &Conn, core: &Core, now: Instant, settled: &mut Vec<Ticket>)
 
 /// Writes a queue MESSAGE for subscription `n`. False if the subscription is gone, so the
 /// core gives the message back to the queue.
-pub fn queue(conn: &Conn, core: &Core, msg: &Arc<Message>, n: u32, owner: CoreId, tag: u64, redelivered: bool) -> bool {
+pub fn queue(conn: &Conn, core: &Core, msg: &Arc<Message>, n: SubNo, owner: CoreId, tag: u64, redelivered: bool) -> bool {
     if !conn.is_open() {
         return false;
     }
@@ -155,7 +155,7 @@ pub fn queue(conn: &Conn, core: &Core, msg: &Arc<Message>, n: u32, owner: CoreId
 
 /// Writes the reply (or failure) of a Commands/Queries request on the `/reply/` subscription
 /// (stomp-decisions.md, "RPC").
-pub fn rpc_reply(conn: &Conn, core: &Core, n: u32, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome) {
+pub fn rpc_reply(conn: &Conn, core: &Core, n: SubNo, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome) {
     let mut session = conn.session.borrow_mut();
     session.rpc_replied();
     if !(conn.state.get() == super::State::Open && session.is_open()) {

@@ -13,7 +13,7 @@ use crate::engine::endpoint::{Delivery, Endpoint};
 use crate::engine::event::LocalEvent;
 use crate::engine::metrics::Metrics;
 use crate::engine::Core;
-use crate::mesh::msg::{ConnId, CoreId, RpcOutcome, Ticket};
+use crate::mesh::msg::{ConnId, CoreId, RpcOutcome, SubNo, Ticket};
 use crate::model::{Message, Pattern};
 use crate::session::{Action, Host, Session};
 use crate::stomp::{server, WireError};
@@ -152,7 +152,7 @@ impl Conn {
                 Action::Connected { version, heart_beat, advertised, session } => {
                     self.heartbeat.set(heart_beat);
                     self.write(core, |buf| server::write_connected(buf, version, advertised, &session));
-                    tracing::debug!(core = core.id, conn = self.id.0, version = version.as_str(), "connected");
+                    tracing::debug!(core = %core.id, conn = self.id.0, version = version.as_str(), "connected");
                 }
                 Action::Array { op, done } => core.submit(self.id, op, done),
                 Action::SettleParked(ticket) => core.confirm_parked(ticket),
@@ -164,7 +164,7 @@ impl Conn {
                     if self.state.get() != State::Open {
                         continue;
                     }
-                    tracing::debug!(core = core.id, conn = self.id.0, error = error.message(), "closing connection with ERROR");
+                    tracing::debug!(core = %core.id, conn = self.id.0, error = error.message(), "closing connection with ERROR");
                     let version = self.session.borrow().version();
                     self.write(core, |buf| server::write_error(buf, version, error, receipt.as_deref()));
                     self.drain();
@@ -215,15 +215,15 @@ impl Conn {
 }
 
 impl Endpoint for Conn {
-    fn deliver_event(&self, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, sub: u32, ticket: Option<Ticket>) -> Delivery {
+    fn deliver_event(&self, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, sub: SubNo, ticket: Option<Ticket>) -> Delivery {
         deliver::event(self, core, pattern, msg, sub, ticket)
     }
 
-    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: u32, owner: CoreId, tag: u64, redelivered: bool) -> bool {
+    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, owner: CoreId, tag: u64, redelivered: bool) -> bool {
         deliver::queue(self, core, msg, sub, owner, tag, redelivered)
     }
 
-    fn deliver_rpc_reply(&self, core: &Rc<Core>, sub: u32, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome) {
+    fn deliver_rpc_reply(&self, core: &Rc<Core>, sub: SubNo, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome) {
         deliver::rpc_reply(self, core, sub, pattern, correlation_id, outcome)
     }
 
@@ -270,7 +270,7 @@ pub async fn serve(core: Rc<Core>, stream: glommio::net::TcpStream) {
     let conn = Rc::new(Conn::new(id, fd, session));
     core.attach(id, Rc::clone(&conn) as Rc<dyn Endpoint>);
     Metrics::add(&core.metrics.connections_accepted, 1);
-    tracing::debug!(core = core.id, conn = id.0, "connection accepted");
+    tracing::debug!(core = %core.id, conn = id.0, "connection accepted");
 
     let writer = {
         let core = Rc::clone(&core);
@@ -293,5 +293,5 @@ pub async fn serve(core: Rc<Core>, stream: glommio::net::TcpStream) {
     }
     core.detach(id);
     conn.slot.give_back(&core.shared);
-    tracing::debug!(core = core.id, conn = id.0, "connection closed");
+    tracing::debug!(core = %core.id, conn = id.0, "connection closed");
 }

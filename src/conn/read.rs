@@ -73,7 +73,7 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
                     // error`, close.
                     let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.on_frame(core, frame, &mut decoder)));
                     let keep_going = handled.unwrap_or_else(|_| {
-                        tracing::error!(core = core.id, conn = conn.id.0, "internal error while handling a frame; closing the connection");
+                        tracing::error!(core = %core.id, conn = conn.id.0, "internal error while handling a frame; closing the connection");
                         conn.fail(core, WireError::Internal, None);
                         false
                     });

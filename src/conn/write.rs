@@ -2,7 +2,7 @@
 //! one write, then the book-keeping for what reached the socket.
 use super::{Conn, State};
 use crate::engine::Core;
-use crate::mesh::msg::Settle;
+use crate::mesh::msg::{Settle, SubNo};
 use crate::mesh::op::ArrayOp;
 use bytes::BytesMut;
 use std::rc::Rc;
@@ -12,9 +12,9 @@ use std::time::Instant;
 #[derive(Clone, Copy, Debug)]
 pub enum Sent {
     /// An Events/Events-Store frame of this subscription left the buffer.
-    Event(u32),
+    Event(SubNo),
     /// An `ack:auto` queue delivery was written: acknowledge it.
-    AutoAck { sub: u32, tag: u64 },
+    AutoAck { sub: SubNo, tag: u64 },
 }
 
 /// Pending output (bytes queued plus bytes the writer holds) above which the connection's
@@ -119,7 +119,7 @@ fn after_write(core: &Rc<Core>, conn: &Conn, sent: &mut Vec<Sent>) {
     if sent.is_empty() {
         return;
     }
-    let mut acks: Vec<(u32, Vec<u64>)> = Vec::new();
+    let mut acks: Vec<(SubNo, Vec<u64>)> = Vec::new();
     let parked = {
         let mut session = conn.session.borrow_mut();
         for s in sent.drain(..) {

@@ -117,7 +117,7 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
             Ok(r) => r.into_inner(),
             Err(e) => {
                 metrics.reconnects.increment(1);
-                tracing::warn!(core = w.core, channel = %channel, error = %e, "array unreachable (queue downstream); retrying");
+                tracing::warn!(core = %w.core, channel = %channel, error = %e, "array unreachable (queue downstream); retrying");
                 if !drain_while_waiting(&mut ctl, backoff.next_delay()).await {
                     return;
                 }
@@ -153,7 +153,7 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
                     Ok(Some(r)) if r.request_type_data == GET => {
                         get_outstanding = false;
                         if r.is_error {
-                            tracing::warn!(core = w.core, channel = %channel, error = %r.error, "queue Get refused by the array");
+                            tracing::warn!(core = %w.core, channel = %channel, error = %r.error, "queue Get refused by the array");
                             tokio::time::sleep(SWEEP).await;
                             continue;
                         }
@@ -167,7 +167,7 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
                     }
                     Ok(Some(r)) => {
                         if r.is_error {
-                            tracing::debug!(core = w.core, channel = %channel, error = %r.error, "queue settlement refused by the array");
+                            tracing::debug!(core = %w.core, channel = %channel, error = %r.error, "queue settlement refused by the array");
                         }
                     }
                     Ok(None) | Err(_) => break,
@@ -209,7 +209,7 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
         }
         drop(connected);
         metrics.reconnects.increment(1);
-        tracing::warn!(core = w.core, channel = %channel, "queue downstream to the array broke; the array requeues what it held; reconnecting");
+        tracing::warn!(core = %w.core, channel = %channel, "queue downstream to the array broke; the array requeues what it held; reconnecting");
         if !drain_while_waiting(&mut ctl, backoff.next_delay()).await {
             return;
         }

@@ -192,7 +192,7 @@ impl Worker {
     }
 
     async fn run(self: Rc<Self>, mut rx: mpsc::UnboundedReceiver<CoreMsg>) {
-        tracing::info!(core = self.core, "egress started");
+        tracing::info!(core = %self.core, "egress started");
         while let Some(msg) = rx.recv().await {
             self.handle(msg);
         }
@@ -200,7 +200,7 @@ impl Worker {
         // what this core's consumers held.
         self.subscriptions.stop_all();
         self.consumers.stop_all();
-        tracing::info!(core = self.core, "egress stopped");
+        tracing::info!(core = %self.core, "egress stopped");
     }
 
     fn handle(self: &Rc<Self>, msg: CoreMsg) {

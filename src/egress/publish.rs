@@ -100,7 +100,7 @@ fn give_up<K: Eq + std::hash::Hash + Clone>(w: &Worker, pending: &mut HashMap<K,
     let expired: Vec<K> = pending.iter().filter(|(_, i)| refused || now.duration_since(i.since) >= GIVE_UP).map(|(k, _)| k.clone()).collect();
     for k in expired {
         if let Some(item) = pending.remove(&k) {
-            tracing::error!(core = w.core, channel = %item.msg.channel, "{what} not confirmed by the array within {GIVE_UP:?}; failing it");
+            tracing::error!(core = %w.core, channel = %item.msg.channel, "{what} not confirmed by the array within {GIVE_UP:?}; failing it");
             w.failed(item.ticket);
         }
     }
@@ -172,7 +172,7 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
             Err(e) => {
                 metrics.reconnects.increment(1);
                 let refused = super::refused(&e);
-                tracing::warn!(core = w.core, error = %e, refused, "array unreachable (events stream); retrying");
+                tracing::warn!(core = %w.core, error = %e, refused, "array unreachable (events stream); retrying");
                 if !wait_reconnect(&w, "events-store publish", refused, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
                     return;
                 }
@@ -207,7 +207,7 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
                             if r.sent {
                                 w.done(item.ticket);
                             } else {
-                                tracing::warn!(core = w.core, error = %r.error, "array refused an events-store publish");
+                                tracing::warn!(core = %w.core, error = %r.error, "array refused an events-store publish");
                                 w.failed(item.ticket);
                             }
                         }
@@ -220,7 +220,7 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
         }
         drop(connected);
         metrics.reconnects.increment(1);
-        tracing::warn!(core = w.core, unconfirmed = pending.len(), dropped, "events stream to the array broke; reconnecting");
+        tracing::warn!(core = %w.core, unconfirmed = pending.len(), dropped, "events stream to the array broke; reconnecting");
         if !wait_reconnect(&w, "events-store publish", false, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
             return;
         }
@@ -262,7 +262,7 @@ async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
             Err(e) => {
                 metrics.reconnects.increment(1);
                 let refused = super::refused(&e);
-                tracing::warn!(core = w.core, error = %e, refused, "array unreachable (queue upstream); retrying");
+                tracing::warn!(core = %w.core, error = %e, refused, "array unreachable (queue upstream); retrying");
                 if !wait_reconnect(&w, "queue send", refused, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
                     return;
                 }
@@ -296,7 +296,7 @@ async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
                                 None => w.done(item.ticket),
                                 Some(e) if e == crate::mesh::confirm::QUEUE_FULL => w.queue_full(item.ticket),
                                 Some(e) => {
-                                    tracing::warn!(core = w.core, channel = %item.msg.channel, error = %e, "array refused a queue send");
+                                    tracing::warn!(core = %w.core, channel = %item.msg.channel, error = %e, "array refused a queue send");
                                     w.failed(item.ticket);
                                 }
                             }
@@ -310,7 +310,7 @@ async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
         }
         drop(connected);
         metrics.reconnects.increment(1);
-        tracing::warn!(core = w.core, unconfirmed = pending.len(), "queue upstream to the array broke; reconnecting");
+        tracing::warn!(core = %w.core, unconfirmed = pending.len(), "queue upstream to the array broke; reconnecting");
         if !wait_reconnect(&w, "queue send", false, &mut backoff, &mut input, &mut pending, key, &mut dropped).await {
             return;
         }

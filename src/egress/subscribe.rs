@@ -179,7 +179,7 @@ async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
                 for t in members.waiting.borrow_mut().drain(..) {
                     w.done(Some(t));
                 }
-                tracing::debug!(core = w.core, channel = %key.channel, "subscribed at the array");
+                tracing::debug!(core = %w.core, channel = %key.channel, "subscribed at the array");
                 let _connected = Counted::new(&metrics.connected);
                 let mut stream = response.into_inner();
                 let mut paced: VecDeque<Confirmation> = VecDeque::new();
@@ -197,13 +197,13 @@ async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
                     }
                 }
                 metrics.reconnects.increment(1);
-                tracing::warn!(core = w.core, channel = %key.channel, "subscription stream to the array broke; resubscribing");
+                tracing::warn!(core = %w.core, channel = %key.channel, "subscription stream to the array broke; resubscribing");
             }
             Err(e) => {
                 mark_attempted(&mut backoff);
                 metrics.reconnects.increment(1);
                 let refused = super::refused(&e);
-                tracing::warn!(core = w.core, channel = %key.channel, error = %e, refused, "cannot subscribe at the array; retrying");
+                tracing::warn!(core = %w.core, channel = %key.channel, error = %e, refused, "cannot subscribe at the array; retrying");
                 if refused {
                     // A SUBSCRIBE receipt must not hang on credentials the array refuses.
                     for t in members.waiting.borrow_mut().drain(..) {

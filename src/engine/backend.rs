@@ -9,7 +9,7 @@
 //! Front-ends never see the difference: they submit [`ArrayOp`]s (`Core::submit`) and get
 //! completions and deliveries back through `Endpoint`.
 use crate::array::{Outbox, Shard};
-use crate::mesh::msg::{CoreId, CoreMsg, SubRef, Ticket};
+use crate::mesh::msg::{CoreMsg, SubNo, SubRef, Ticket};
 use crate::mesh::op::ArrayOp;
 use crate::mesh::topology::owner_of;
 use crate::model::{now_unix_ns, Pattern};
@@ -25,9 +25,9 @@ pub enum Backend {
     Remote(crate::egress::Link),
 }
 
-/// Where one operation goes: core numbers, or the egress.
+/// Where one operation goes: a range of core indexes, or the egress.
 pub enum Route {
-    Cores(Range<CoreId>),
+    Cores(Range<usize>),
     Egress,
 }
 
@@ -39,7 +39,7 @@ impl Backend {
         }
         let one = |pattern: Pattern, channel| {
             let owner = owner_of(pattern, channel, cores);
-            Route::Cores(owner..owner + 1)
+            Route::Cores(owner.index()..owner.index() + 1)
         };
         match op {
             ArrayOp::Publish { pattern, msg } => one(*pattern, &msg.channel),
@@ -155,7 +155,7 @@ fn announce(done: Option<Ticket>, out: &mut Outbox) {
 /// The mesh message for `op` from connection `at` (each op names its own subscription
 /// number), confirming `done`. `None` for a barrier nobody waits for.
 pub fn message_for(op: ArrayOp, at: SubRef, done: Option<Ticket>) -> Option<CoreMsg> {
-    let sub = |n: u32| SubRef { sub: n, ..at };
+    let sub = |n: SubNo| SubRef { sub: n, ..at };
     Some(match op {
         ArrayOp::Publish { pattern, msg } => CoreMsg::Publish { pattern, msg, done },
         ArrayOp::QueueSend { msg } => CoreMsg::QueueSend { msg, meta: None, done },

@@ -73,11 +73,11 @@ impl Completions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::msg::ConnId;
+    use crate::mesh::msg::{ConnId, CoreId};
     use proptest::prelude::*;
 
     fn ticket(token: u64) -> Ticket {
-        Ticket { core: 0, conn: ConnId(1), token }
+        Ticket { core: CoreId(0), conn: ConnId(1), token }
     }
 
     #[test]

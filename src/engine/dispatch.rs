@@ -17,18 +17,18 @@ impl Core {
             return;
         }
         let mut overflow = self.overflow.borrow_mut();
-        if overflow[to].is_empty() {
-            match self.senders.try_send_to(to, msg) {
+        if overflow[to.index()].is_empty() {
+            match self.senders.try_send_to(to.index(), msg) {
                 Ok(()) => return,
-                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => overflow[to].push_back(msg),
+                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => overflow[to.index()].push_back(msg),
                 // The peer has stopped (shutdown): nothing left to deliver to.
                 Err(e) => {
-                    tracing::debug!(core = self.id, to, error = %e, "mesh send failed");
+                    tracing::debug!(core = %self.id, %to, error = %e, "mesh send failed");
                     return;
                 }
             }
         } else {
-            overflow[to].push_back(msg);
+            overflow[to.index()].push_back(msg);
         }
         drop(overflow);
         self.note_backlog();
@@ -46,7 +46,7 @@ impl Core {
             self.local.borrow_mut().push_back(msg);
             return;
         }
-        if self.overflow.borrow()[to].len() >= LOSSY_SPILL_LIMIT {
+        if self.overflow.borrow()[to.index()].len() >= LOSSY_SPILL_LIMIT {
             Metrics::add(&self.metrics.mesh_events_dropped, 1);
             return;
         }
@@ -66,21 +66,21 @@ impl Core {
     }
 
     fn start_flusher(self: &Rc<Self>, to: CoreId) {
-        if self.flushing[to].replace(true) {
+        if self.flushing[to.index()].replace(true) {
             return;
         }
         let core = Rc::clone(self);
         glommio::spawn_local(async move {
             loop {
-                let next = core.overflow.borrow_mut()[to].pop_front();
+                let next = core.overflow.borrow_mut()[to.index()].pop_front();
                 let Some(msg) = next else { break };
-                if core.senders.send_to(to, msg).await.is_err() {
-                    core.overflow.borrow_mut()[to].clear();
+                if core.senders.send_to(to.index(), msg).await.is_err() {
+                    core.overflow.borrow_mut()[to.index()].clear();
                     break;
                 }
                 core.note_backlog();
             }
-            core.flushing[to].set(false);
+            core.flushing[to.index()].set(false);
             core.note_backlog();
         })
         .detach();

@@ -2,7 +2,7 @@
 //! and WebSocket use the same trait). The core calls these on its own thread; an endpoint
 //! queues frames for its writer and never blocks.
 use super::Core;
-use crate::mesh::msg::{CoreId, RpcOutcome, Ticket};
+use crate::mesh::msg::{CoreId, RpcOutcome, SubNo, Ticket};
 use crate::model::{Message, Pattern};
 use bytes::Bytes;
 use std::rc::Rc;
@@ -25,12 +25,12 @@ pub enum Delivery {
 
 pub trait Endpoint {
     /// An Events / Events-Store message for subscription `sub`.
-    fn deliver_event(&self, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, sub: u32, ticket: Option<Ticket>) -> Delivery;
+    fn deliver_event(&self, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, sub: SubNo, ticket: Option<Ticket>) -> Delivery;
     /// A queue message for subscription `sub`, delivered by `owner` under `tag`. False when
     /// the subscription is gone: the core gives the message back to its queue.
-    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: u32, owner: CoreId, tag: u64, redelivered: bool) -> bool;
+    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, owner: CoreId, tag: u64, redelivered: bool) -> bool;
     /// The outcome of a Commands/Queries request, for reply subscription `sub`.
-    fn deliver_rpc_reply(&self, core: &Rc<Core>, sub: u32, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome);
+    fn deliver_rpc_reply(&self, core: &Rc<Core>, sub: SubNo, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome);
     /// The operation submitted with completion token `token` took effect.
     fn completed(&self, core: &Rc<Core>, token: u64);
     /// The operation behind `token` failed for good.

@@ -13,7 +13,7 @@ pub mod metrics;
 
 use crate::array::{Outbox, Shard};
 use crate::config::Config;
-use crate::mesh::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Settle, SubRef, Ticket};
+use crate::mesh::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Settle, SubNo, SubRef, Ticket};
 use crate::mesh::op::ArrayOp;
 use ahash::AHashMap;
 use backend::{Backend, Route};
@@ -123,7 +123,7 @@ impl Core {
             *arena = bytes::BytesMut::with_capacity(8192);
         }
         let mut buf = itoa::Buffer::new();
-        arena.extend_from_slice(buf.format(self.id).as_bytes());
+        arena.extend_from_slice(buf.format(self.id.index()).as_bytes());
         arena.extend_from_slice(b"-");
         arena.extend_from_slice(buf.format(n).as_bytes());
         arena.split().freeze()
@@ -159,7 +159,7 @@ impl Core {
     /// (`Endpoint::failed`). Whether the array is embedded or remote is decided here and in
     /// [`Backend`] only.
     pub fn submit(self: &Rc<Self>, conn: ConnId, op: ArrayOp, done: Option<u64>) {
-        let at = SubRef { core: self.id, conn, sub: 0 };
+        let at = SubRef { core: self.id, conn, sub: SubNo(0) };
         let ticket = done.map(|token| Ticket { core: self.id, conn, token });
         match self.backend.route(&op, self.cores) {
             Route::Egress => {
@@ -174,9 +174,9 @@ impl Core {
                 if let Some(t) = ticket {
                     self.completions.borrow_mut().expect(t, targets.len() as u32);
                 }
-                let last = targets.end - 1;
+                let last = CoreId(targets.end - 1);
                 let mut op = Some(op);
-                for to in targets {
+                for to in targets.map(CoreId) {
                     let this = if to == last { op.take() } else { op.clone() };
                     if let Some(msg) = this.and_then(|op| backend::message_for(op, at, ticket)) {
                         self.dispatch(to, msg);
@@ -190,7 +190,7 @@ impl Core {
     /// panic while handling is contained and logged: it loses that message, never the core.
     pub fn handle(self: &Rc<Self>, msg: CoreMsg) {
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_inner(msg))).is_err() {
-            tracing::error!(core = self.id, "internal error while handling a core message");
+            tracing::error!(core = %self.id, "internal error while handling a core message");
         }
     }
 
@@ -280,7 +280,7 @@ impl Core {
             }
             // Array work the backend did not take: with a remote array, management calls
             // (pulls, responders, channel listing) never reach a gateway in front of one.
-            other => tracing::debug!(core = self.id, msg = other.name(), "not handled on this core"),
+            other => tracing::debug!(core = %self.id, msg = other.name(), "not handled on this core"),
         }
     }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 /// The core marker of a pull holder (`SubRef::core`): pulls answer through a callback, so the
 /// holder is never dispatched to.
-pub const HOLDER_CORE: CoreId = usize::MAX;
+pub const HOLDER_CORE: CoreId = CoreId(usize::MAX);
 
 /// Limits the gRPC API applies (from the gateway configuration).
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +47,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 impl Bridge {
     /// Attaches the confirmer on every core.
     pub fn new(array: ArrayHandle, limits: Limits) -> Arc<Bridge> {
-        let confirmer = Confirmer::attach(&array, 0..array.cores());
+        let confirmer = Confirmer::attach(&array, CoreId::all(array.cores()));
         Arc::new(Bridge { array, limits, declared: Default::default(), transactions: Default::default(), confirmer })
     }
 

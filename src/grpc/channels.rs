@@ -8,7 +8,7 @@
 //! declared names with what each core's shard holds (`CoreMsg::ListChannels`).
 use super::bridge::Bridge;
 use super::pb;
-use crate::mesh::msg::{ChannelStats, CoreMsg, Mailbox};
+use crate::mesh::msg::{ChannelStats, CoreId, CoreMsg, Mailbox};
 use crate::model::{now_unix_ns, Pattern};
 use crate::route::Filter;
 use bytes::Bytes;
@@ -88,7 +88,7 @@ fn matches(search: &str, name: &str) -> bool {
 /// The JSON list SDKs decode: name, type, lastActivity, isActive, incoming/outgoing stats.
 async fn list(b: &Bridge, pattern: Pattern, channel_type: &str, search: &str) -> String {
     let mut found: BTreeMap<String, ChannelStats> = BTreeMap::new();
-    for core in 0..b.array.cores() {
+    for core in CoreId::all(b.array.cores()) {
         let (reply, answer) = Mailbox::new();
         if b.array.send(core, CoreMsg::ListChannels { pattern, reply }) {
             for s in answer.recv_async().await.unwrap_or_default() {

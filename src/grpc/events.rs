@@ -12,7 +12,7 @@ use super::{pb, validate, BoxStream};
 use crate::delivery::{park_limit, Next, Parking};
 use crate::mesh::confirm::Confirmation;
 use crate::mesh::handle::ArrayHandle;
-use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, StartAt, SubRef, Ticket};
+use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, StartAt, SubNo, SubRef, Ticket};
 use crate::model::{now_unix_ns, Message, Pattern};
 use crate::wire::convert::{self, Incoming};
 use bytes::Bytes;
@@ -329,12 +329,12 @@ pub async fn subscribe(b: Arc<Bridge>, s: pb::Subscribe) -> Result<BoxStream<pb:
 
     let conn = b.new_conn();
     let cores = b.array.cores();
-    let host = if wildcard { (conn.0 % cores as u64) as usize } else { b.owner_of(pattern, &channel) };
-    let targets: Vec<usize> = if wildcard { (0..cores).collect() } else { vec![host] };
+    let host = if wildcard { CoreId((conn.0 % cores as u64) as usize) } else { b.owner_of(pattern, &channel) };
+    let targets: Vec<CoreId> = if wildcard { CoreId::all(cores).collect() } else { vec![host] };
     let limit = b.limits.subscriber_buffer.max(1);
     let (tx, rx) = mpsc::channel(limit);
     let sink = Arc::new(EventSink::new(tx, limit, b.array.clone(), host));
-    let sub = SubRef { core: host, conn, sub: 0 };
+    let sub = SubRef { core: host, conn, sub: SubNo(0) };
 
     // The sink must be in place on its host before any core can deliver to it.
     b.array.send(host, CoreMsg::AttachSink { conn, sink: Arc::clone(&sink) as Arc<dyn ExternalSink> });

@@ -11,7 +11,7 @@ use super::bridge::{Bridge, HOLDER_CORE};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::mesh::confirm::{Confirmation, Outcome, QUEUE_FULL};
-use crate::mesh::msg::{CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubRef};
+use crate::mesh::msg::{CoreId, CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubNo, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, Incoming};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -204,7 +204,7 @@ pub async fn receive(b: &Bridge, r: pb::ReceiveQueueMessagesRequest) -> pb::Rece
             return response;
         }
     };
-    let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: 0 };
+    let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: SubNo(0) };
     let mode = if r.is_peak { PullMode::Peek } else { PullMode::Remove };
     match pull(b, convert::channel_of(&r.channel), holder, r.max_number_of_messages as u32, wait, mode).await {
         Some(result) => {
@@ -229,7 +229,7 @@ pub async fn ack_all(b: &Bridge, r: pb::AckAllQueueMessagesRequest) -> pb::AckAl
         response.error = e.message();
         return response;
     }
-    let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: 0 };
+    let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: SubNo(0) };
     match pull(b, convert::channel_of(&r.channel), holder, 0, Duration::ZERO, PullMode::Purge).await {
         Some(result) => response.affected_messages = result.purged,
         None => {
@@ -442,7 +442,7 @@ impl Downstream {
 pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamRequest>) -> BoxStream<pb::QueuesDownstreamResponse> {
     let (out, rx) = mpsc::channel(256);
     let (answers, answered) = Mailbox::new();
-    let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: 0 };
+    let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: SubNo(0) };
     let mut ds = Downstream { b, holder, out, opened: HashSet::new(), channels: HashSet::new(), answers, pending: HashMap::new(), next_token: 0 };
     tokio::spawn(async move {
         loop {
@@ -470,7 +470,7 @@ pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamReq
 /// (substring; empty = all).
 pub async fn info(b: &Bridge, r: pb::QueuesInfoRequest) -> pb::QueuesInfoResponse {
     let mut queues = Vec::new();
-    for core in 0..b.array.cores() {
+    for core in CoreId::all(b.array.cores()) {
         let (reply, answer) = Mailbox::new();
         if b.array.send(core, CoreMsg::ListChannels { pattern: Pattern::Queues, reply }) {
             queues.extend(answer.recv_async().await.unwrap_or_default());

@@ -10,7 +10,7 @@
 use super::bridge::{Bridge, OnDrop};
 use super::stream::MailboxStream;
 use super::{pb, validate, BoxStream};
-use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, Mailbox, RpcOutcome, RpcRequest, SubRef};
+use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, Mailbox, RpcOutcome, RpcRequest, SubNo, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
 use bytes::Bytes;
@@ -41,7 +41,7 @@ pub fn reply_channel(owner: CoreId, request_id: &[u8]) -> String {
 pub fn parse_reply_channel(reply: &str) -> Option<(CoreId, Bytes)> {
     let rest = reply.strip_prefix(REPLY_PREFIX)?;
     let (core, id) = rest.split_once('.')?;
-    Some((core.parse().ok()?, Bytes::copy_from_slice(id.as_bytes())))
+    Some((CoreId(core.parse().ok()?), Bytes::copy_from_slice(id.as_bytes())))
 }
 
 /// A request as a responder receives it.
@@ -102,7 +102,7 @@ pub fn respond(b: &Bridge, r: pb::Response) -> Result<pb::Empty, Status> {
     if r.reply_channel.is_empty() {
         return Err(validate::NO_CHANNEL.status());
     }
-    let Some((owner, request_id)) = parse_reply_channel(&r.reply_channel).filter(|(core, _)| *core < b.array.cores()) else {
+    let Some((owner, request_id)) = parse_reply_channel(&r.reply_channel).filter(|(core, _)| core.index() < b.array.cores()) else {
         return Err(Status::invalid_argument(format!("Error 303: unknown reply channel {:?}", r.reply_channel)));
     };
     let outcome = convert::outcome_of_response(r);
@@ -158,7 +158,7 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
         request_id: Bytes::from(b.unique_id("g").into_bytes()),
         msg,
         timeout_ms,
-        reply_to: SubRef { core: owner, conn, sub: 0 },
+        reply_to: SubRef { core: owner, conn, sub: SubNo(0) },
         correlation_id: None,
         span: Bytes::from(r.span),
     };
@@ -213,9 +213,9 @@ mod tests {
 
     #[test]
     fn reply_channels_round_trip() {
-        let rc = reply_channel(1, b"0-17");
+        let rc = reply_channel(CoreId(1), b"0-17");
         assert_eq!(rc, "_stompgate.reply.1.0-17");
-        assert_eq!(parse_reply_channel(&rc), Some((1, Bytes::from_static(b"0-17"))));
+        assert_eq!(parse_reply_channel(&rc), Some((CoreId(1), Bytes::from_static(b"0-17"))));
         assert_eq!(parse_reply_channel("other"), None);
         assert_eq!(parse_reply_channel("_stompgate.reply.x.1"), None);
     }

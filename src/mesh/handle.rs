@@ -30,7 +30,7 @@ impl ArrayHandle {
 
     /// Sends to one core. False if that core has stopped.
     pub fn send(&self, core: CoreId, msg: CoreMsg) -> bool {
-        self.txs.get(core).is_some_and(|tx| tx.send(msg).is_ok())
+        self.txs.get(core.index()).is_some_and(|tx| tx.send(msg).is_ok())
     }
 
     /// Attaches a responder to a Commands/Queries channel.

@@ -14,12 +14,42 @@ use crate::model::{Channel, Message, Pattern};
 use bytes::Bytes;
 use std::sync::Arc;
 
-/// Index of a core in the mesh.
-pub type CoreId = usize;
+/// Index of a core in the mesh (0 .. the core count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CoreId(pub usize);
+
+impl CoreId {
+    /// The position of this core in per-core tables (the mesh's senders, per-core lists).
+    pub fn index(self) -> usize {
+        self.0
+    }
+
+    /// Every core of a mesh of `cores`, in order.
+    pub fn all(cores: usize) -> impl Iterator<Item = CoreId> {
+        (0..cores).map(CoreId)
+    }
+}
+
+impl std::fmt::Display for CoreId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// A connection, unique within its core for the process's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConnId(pub u64);
+
+/// A subscription's number within its connection, assigned by the gateway (not the client's
+/// `id` header, which is the client's own name for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SubNo(pub u32);
+
+impl std::fmt::Display for SubNo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// A subscription anywhere in the process: core, connection and the connection-local
 /// subscription number (not the client's `id` header, which may repeat across connections).
@@ -27,7 +57,7 @@ pub struct ConnId(pub u64);
 pub struct SubRef {
     pub core: CoreId,
     pub conn: ConnId,
-    pub sub: u32,
+    pub sub: SubNo,
 }
 
 /// Where Events-Store delivery starts (`x-kubemq-start`).

@@ -6,7 +6,7 @@
 //! Each operation may carry a completion token; the front-end is told exactly once when the
 //! operation took effect everywhere it had to (`core::Endpoint::completed`) or failed for good
 //! (`core::Endpoint::failed`).
-use super::msg::{Settle, StartAt};
+use super::msg::{Settle, StartAt, SubNo};
 use crate::model::{Channel, Message, Pattern};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -21,13 +21,13 @@ pub enum ArrayOp {
     QueueSend { msg: Arc<Message> },
     /// Start a subscription (`sub`: the connection-local number deliveries will carry).
     /// Completes once it is live on every core that can match it.
-    Subscribe { sub: u32, pattern: Pattern, channel: Channel, wildcard: bool, group: Option<Bytes>, start: StartAt, prefetch: u32 },
+    Subscribe { sub: SubNo, pattern: Pattern, channel: Channel, wildcard: bool, group: Option<Bytes>, start: StartAt, prefetch: u32 },
     /// End a subscription; a queue consumer's unacknowledged messages go back to the queue.
-    Unsubscribe { sub: u32, pattern: Pattern, channel: Channel, wildcard: bool },
+    Unsubscribe { sub: SubNo, pattern: Pattern, channel: Channel, wildcard: bool },
     /// Settle queue deliveries of subscription `sub` by the tags they were delivered with.
-    Settle { sub: u32, channel: Channel, tags: Vec<u64>, action: Settle },
+    Settle { sub: SubNo, channel: Channel, tags: Vec<u64>, action: Settle },
     /// A Commands/Queries request; its outcome comes back on subscription `reply_sub`.
-    Request { pattern: Pattern, msg: Arc<Message>, timeout_ms: u64, reply_sub: u32, correlation_id: Option<Bytes> },
+    Request { pattern: Pattern, msg: Arc<Message>, timeout_ms: u64, reply_sub: SubNo, correlation_id: Option<Bytes> },
     /// Completes once everything this connection submitted before it has been handled.
     Barrier,
 }

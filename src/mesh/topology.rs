@@ -6,7 +6,7 @@ use crate::model::{Channel, Pattern};
 /// The core that owns (pattern, channel). A fixed-seed hash, so every core agrees.
 pub fn owner_of(pattern: Pattern, channel: &Channel, cores: usize) -> CoreId {
     if cores <= 1 {
-        return 0;
+        return CoreId(0);
     }
     // FNV-1a: tiny, deterministic, and good enough to spread channel names; this is a shard
     // choice, not a hash table, so a hostile name can at worst load one core.
@@ -15,5 +15,5 @@ pub fn owner_of(pattern: Pattern, channel: &Channel, cores: usize) -> CoreId {
         h ^= b as u64;
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    (h % cores as u64) as usize
+    CoreId((h % cores as u64) as usize)
 }

@@ -8,6 +8,7 @@
 //! back-off step), and the loop never spins: when nobody is waiting, or on any other failure,
 //! it sleeps with a doubling back-off (1 ms up to [`MAX_BACKOFF`]), and it logs one warning per
 //! [`WARN_EVERY`] per core with what it counted meanwhile.
+use crate::mesh::msg::CoreId;
 use crate::stomp::{server, Version, WireError};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -21,7 +22,7 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// One core's accept-failure state: its spare descriptor, back-off and warning limiter.
 pub(super) struct AcceptGuard {
-    core: usize,
+    core: CoreId,
     spare: Option<OwnedFd>,
     backoff: Duration,
     last_warning: Option<Instant>,
@@ -39,7 +40,7 @@ pub(super) enum Next {
 }
 
 impl AcceptGuard {
-    pub(super) fn new(core: usize) -> AcceptGuard {
+    pub(super) fn new(core: CoreId) -> AcceptGuard {
         AcceptGuard { core, spare: open_spare(), backoff: MIN_BACKOFF, last_warning: None, failures: 0, refused: 0 }
     }
 
@@ -94,9 +95,9 @@ impl AcceptGuard {
         self.last_warning = Some(now);
         let (failures, refused) = (std::mem::take(&mut self.failures), std::mem::take(&mut self.refused));
         if out_of_fds {
-            tracing::warn!(core = self.core, %error, failures, refused, "accept failed: out of file descriptors; refusing new clients with ERROR too many connections (next warning in 10 s at most)");
+            tracing::warn!(core = %self.core, %error, failures, refused, "accept failed: out of file descriptors; refusing new clients with ERROR too many connections (next warning in 10 s at most)");
         } else {
-            tracing::warn!(core = self.core, %error, failures, "accept failed (next warning in 10 s at most)");
+            tracing::warn!(core = %self.core, %error, failures, "accept failed (next warning in 10 s at most)");
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::conn;
 use crate::engine::metrics::Shared;
 use crate::engine::Core;
 use crate::mesh::handle::ArrayHandle;
-use crate::mesh::msg::CoreMsg;
+use crate::mesh::msg::{CoreId, CoreMsg};
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::net::SocketAddr;
@@ -286,7 +286,7 @@ async fn run_core(
             return;
         }
     };
-    let id = senders.peer_id();
+    let id = CoreId(senders.peer_id());
     let (listener, listener_fd) = match listen_on(addr) {
         Ok(l) => l,
         Err(source) => {
@@ -307,7 +307,7 @@ async fn run_core(
     };
     let core = Core::new(id, cores, cfg, Arc::clone(&shared), senders, egress);
     let _ = ready.send(Ok(()));
-    tracing::debug!(core = id, %addr, "core listening");
+    tracing::debug!(core = %id, %addr, "core listening");
 
     // One task per peer ring: handle each message, then whatever it queued locally.
     for (_, rx) in receivers.streams() {
@@ -328,7 +328,7 @@ async fn run_core(
     }
 
     // Messages from outside the cores (array API).
-    let foreign_rx = foreign_rxs.lock().ok().and_then(|mut v| v.get_mut(id).and_then(Option::take));
+    let foreign_rx = foreign_rxs.lock().ok().and_then(|mut v| v.get_mut(id.index()).and_then(Option::take));
     if let Some(rx) = foreign_rx {
         let core = Rc::clone(&core);
         glommio::spawn_local(async move {

@@ -14,7 +14,7 @@ pub fn write_queue(buf: &mut [u8; MAX_LEN], owner: CoreId, tag: u64) -> &[u8] {
         len += part.len();
     };
     put(b"q");
-    put(n.format(owner).as_bytes());
+    put(n.format(owner.index()).as_bytes());
     put(b"-");
     put(n.format(tag).as_bytes());
     &buf[..len]
@@ -24,7 +24,7 @@ pub fn write_queue(buf: &mut [u8; MAX_LEN], owner: CoreId, tag: u64) -> &[u8] {
 pub fn parse_queue(id: &[u8]) -> Option<(CoreId, u64)> {
     let rest = id.strip_prefix(b"q")?;
     let dash = memchr::memchr(b'-', rest)?;
-    let owner = std::str::from_utf8(&rest[..dash]).ok()?.parse().ok()?;
+    let owner = CoreId(std::str::from_utf8(&rest[..dash]).ok()?.parse().ok()?);
     let tag = std::str::from_utf8(&rest[dash + 1..]).ok()?.parse().ok()?;
     Some((owner, tag))
 }
@@ -36,12 +36,12 @@ mod tests {
     #[test]
     fn queue_message_id_round_trips() {
         let mut buf = [0u8; MAX_LEN];
-        let id = write_queue(&mut buf, 3, 12345).to_vec();
+        let id = write_queue(&mut buf, CoreId(3), 12345).to_vec();
         assert_eq!(id, b"q3-12345");
-        assert_eq!(parse_queue(&id), Some((3, 12345)));
+        assert_eq!(parse_queue(&id), Some((CoreId(3), 12345)));
         let mut buf = [0u8; MAX_LEN];
-        let id = write_queue(&mut buf, usize::MAX, u64::MAX).to_vec();
-        assert_eq!(parse_queue(&id), Some((usize::MAX, u64::MAX)));
+        let id = write_queue(&mut buf, CoreId(usize::MAX), u64::MAX).to_vec();
+        assert_eq!(parse_queue(&id), Some((CoreId(usize::MAX), u64::MAX)));
         assert_eq!(parse_queue(b"x3-1"), None);
         assert_eq!(parse_queue(b"q3"), None);
         assert_eq!(parse_queue(b"q-1"), None);

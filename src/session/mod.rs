@@ -27,7 +27,7 @@ pub mod subscription;
 mod tests;
 
 use crate::config::Config;
-use crate::mesh::msg::{Settle, StartAt, Ticket};
+use crate::mesh::msg::{Settle, StartAt, SubNo, Ticket};
 use crate::mesh::op::ArrayOp;
 use crate::model::{Channel, Message, Pattern};
 use crate::route::{headers_to_tags, parse_destination, DestinationError, Intent};
@@ -116,7 +116,7 @@ pub struct Session {
 /// and DISCONNECT's barriers and every receipt see it applied), at the end of each read
 /// batch ([`Session::end_of_batch`]) and on release.
 struct PendingSettle {
-    sub: u32,
+    sub: SubNo,
     channel: Channel,
     action: Settle,
     tags: Vec<u64>,
@@ -397,7 +397,7 @@ impl Session {
 
     /// The `/reply/` subscription a request's `reply-to` names (seed 003: required, and it
     /// must be an active subscription of this connection).
-    fn rpc_reply_sub(&self, frame: &Frame) -> Result<u32, (WireError, Option<Bytes>)> {
+    fn rpc_reply_sub(&self, frame: &Frame) -> Result<SubNo, (WireError, Option<Bytes>)> {
         let Some(reply_to) = frame.headers.get(b"reply-to") else { return Err((WireError::MissingReplyTo, receipt_of(frame))) };
         let not_subscribed = || (WireError::ReplyToNotSubscribed, receipt_of(frame));
         let dest = parse_destination(reply_to, self.cfg.default_pattern, Intent::Subscribe).map_err(|_| not_subscribed())?;
@@ -454,7 +454,7 @@ impl Session {
 
     /// Removes subscription `n` and, unless it is a local `/reply/` one, tells the array
     /// (with `done` confirming it). Returns whether the array was told.
-    fn drop_subscription(&mut self, n: u32, done: Option<u64>, out: &mut Vec<Action>) -> bool {
+    fn drop_subscription(&mut self, n: SubNo, done: Option<u64>, out: &mut Vec<Action>) -> bool {
         let Some(mut sub) = self.subs.remove(n) else { return false };
         // Parked deliveries die with the subscription; receipts waiting on them must not.
         out.extend(sub.parked.drain().filter_map(|p| p.ticket).map(Action::SettleParked));

@@ -2,7 +2,7 @@
 //! needs (the client's id, ack mode, unacknowledged queue deliveries) and what delivery needs
 //! (frames in the write buffer, events parked behind a full buffer).
 use crate::delivery::{Next, Parking};
-use crate::mesh::msg::{CoreId, Ticket};
+use crate::mesh::msg::{CoreId, SubNo, Ticket};
 use crate::model::{Channel, Message, Pattern};
 use ahash::AHashMap;
 use bytes::Bytes;
@@ -58,11 +58,11 @@ impl Subscription {
 /// Every subscription of one connection, by local number and by the client's id.
 #[derive(Default)]
 pub struct Subscriptions {
-    by_no: AHashMap<u32, Subscription>,
-    by_id: AHashMap<Bytes, u32>,
+    by_no: AHashMap<SubNo, Subscription>,
+    by_id: AHashMap<Bytes, SubNo>,
     /// `/reply/<name>` → its subscriptions, oldest first: replies go to the first, and the
     /// name stays usable while any of them remains.
-    replies: AHashMap<Bytes, Vec<u32>>,
+    replies: AHashMap<Bytes, Vec<SubNo>>,
     next: u32,
     /// Parked deliveries over all subscriptions (lets the common case skip unparking).
     parked: usize,
@@ -70,12 +70,12 @@ pub struct Subscriptions {
 
 impl Subscriptions {
     /// Adds a subscription under a new local number; `None` if the client id is taken.
-    pub fn add(&mut self, sub: Subscription) -> Option<u32> {
+    pub fn add(&mut self, sub: Subscription) -> Option<SubNo> {
         if self.by_id.contains_key(&sub.id) {
             return None;
         }
         self.next += 1;
-        let n = self.next;
+        let n = SubNo(self.next);
         self.by_id.insert(sub.id.clone(), n);
         if sub.pattern == Pattern::Reply {
             self.replies.entry(sub.channel.0.clone()).or_default().push(n);
@@ -85,12 +85,12 @@ impl Subscriptions {
     }
 
     /// The local number of the subscription with client id `id`.
-    pub fn number_of(&self, id: &[u8]) -> Option<u32> {
+    pub fn number_of(&self, id: &[u8]) -> Option<SubNo> {
         self.by_id.get(id).copied()
     }
 
     /// Removes subscription `n` from every index.
-    pub fn remove(&mut self, n: u32) -> Option<Subscription> {
+    pub fn remove(&mut self, n: SubNo) -> Option<Subscription> {
         let sub = self.by_no.remove(&n)?;
         self.by_id.remove(&sub.id);
         self.parked -= sub.parked.len();
@@ -105,24 +105,24 @@ impl Subscriptions {
         Some(sub)
     }
 
-    pub fn get(&self, n: u32) -> Option<&Subscription> {
+    pub fn get(&self, n: SubNo) -> Option<&Subscription> {
         self.by_no.get(&n)
     }
 
-    pub fn get_mut(&mut self, n: u32) -> Option<&mut Subscription> {
+    pub fn get_mut(&mut self, n: SubNo) -> Option<&mut Subscription> {
         self.by_no.get_mut(&n)
     }
 
     /// The subscription replies to `/reply/<name>` go to.
-    pub fn reply_target(&self, name: &[u8]) -> Option<u32> {
+    pub fn reply_target(&self, name: &[u8]) -> Option<SubNo> {
         self.replies.get(name).and_then(|subs| subs.first().copied())
     }
 
-    pub fn numbers(&self) -> Vec<u32> {
+    pub fn numbers(&self) -> Vec<SubNo> {
         self.by_no.keys().copied().collect()
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut Subscription)> {
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (SubNo, &mut Subscription)> {
         self.by_no.iter_mut().map(|(&n, s)| (n, s))
     }
 
@@ -141,7 +141,7 @@ impl Subscriptions {
 
     /// Parks an events delivery for subscription `n` behind its full buffer (see
     /// [`crate::delivery`]). `Err` gives it back when it must be dropped instead.
-    pub fn park(&mut self, n: u32, event: ParkedEvent, now: Instant, limit: usize) -> Result<(), ParkedEvent> {
+    pub fn park(&mut self, n: SubNo, event: ParkedEvent, now: Instant, limit: usize) -> Result<(), ParkedEvent> {
         let Some(sub) = self.by_no.get_mut(&n) else { return Err(event) };
         sub.parked.park(event, now, limit)?;
         self.parked += 1;
@@ -155,7 +155,7 @@ impl Subscriptions {
         &mut self,
         now: Instant,
         has_room: impl Fn(&Subscription) -> bool,
-        mut deliver: impl FnMut(u32, &mut Subscription, ParkedEvent),
+        mut deliver: impl FnMut(SubNo, &mut Subscription, ParkedEvent),
         settled: &mut Vec<Ticket>,
     ) -> u64 {
         let mut dropped = 0;
@@ -187,7 +187,7 @@ impl Subscriptions {
     /// Finds the queue subscription holding delivery `tag` from core `owner`, and takes it
     /// (client mode: with every earlier delivery, the spec's cumulative ACK). One scan: clients
     /// mostly acknowledge in delivery order, so the tag is at the front.
-    pub fn take_unacked(&mut self, owner: CoreId, tag: u64) -> Option<(u32, &Subscription, Vec<u64>)> {
+    pub fn take_unacked(&mut self, owner: CoreId, tag: u64) -> Option<(SubNo, &Subscription, Vec<u64>)> {
         let (n, sub, at) = self
             .by_no
             .iter_mut()

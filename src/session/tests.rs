@@ -1,5 +1,6 @@
 //! The session on its own: frames in, actions out, no executor, socket or core.
 use super::*;
+use crate::mesh::msg::CoreId;
 use crate::mesh::op::ArrayOp;
 use std::cell::Cell;
 
@@ -442,14 +443,14 @@ fn transactions_hold_frames_until_commit_and_drop_them_on_abort() {
 }
 
 /// A queue subscription holding deliveries 1..=n from core 0.
-fn holding(s: &mut Session, ack: &str, n: u64) -> u32 {
+fn holding(s: &mut Session, ack: &str, n: u64) -> SubNo {
     let (_, out) = feed(s, frame(Command::Subscribe, &[("destination", "/queue/jobs"), ("id", "s"), ("ack", ack)], ""));
     let sub = match ops(&out).as_slice() {
         [(ArrayOp::Subscribe { sub, .. }, _)] => *sub,
         other => panic!("{other:?}"),
     };
     for tag in 1..=n {
-        s.subs.get_mut(sub).unwrap().unacked.push_back((0, tag));
+        s.subs.get_mut(sub).unwrap().unacked.push_back((CoreId(0), tag));
     }
     sub
 }
@@ -507,12 +508,12 @@ fn client_mode_acks_cumulatively_client_individual_one_by_one() {
     let mut out = Vec::new();
     s.end_of_batch(&mut out);
     assert!(matches!(ops(&out).as_slice(), [(ArrayOp::Settle { tags, .. }, None)] if tags == &vec![1, 2, 3]), "{out:?}");
-    assert_eq!(s.subs.get(sub).unwrap().unacked, [(0, 4), (0, 5)]);
+    assert_eq!(s.subs.get(sub).unwrap().unacked, [(CoreId(0), 4), (CoreId(0), 5)]);
 
     let mut s = connected("1.2");
     let sub = holding(&mut s, "client-individual", 5);
     feed(&mut s, frame(Command::Ack, &[("id", "q0-3")], ""));
-    assert_eq!(s.subs.get(sub).unwrap().unacked, [(0, 1), (0, 2), (0, 4), (0, 5)]);
+    assert_eq!(s.subs.get(sub).unwrap().unacked, [(CoreId(0), 1), (CoreId(0), 2), (CoreId(0), 4), (CoreId(0), 5)]);
 }
 
 #[test]
@@ -566,14 +567,14 @@ fn release_flushes_acks_then_ends_every_subscription() {
 
 #[test]
 fn parked_deliveries_owe_their_tickets_when_the_subscription_ends() {
-    use crate::mesh::msg::ConnId;
+    use crate::mesh::msg::{ConnId, CoreId};
     let mut s = connected("1.2");
     let (_, out) = feed(&mut s, frame(Command::Subscribe, &[("destination", "/topic/a"), ("id", "e")], ""));
     let sub = match ops(&out).as_slice() {
         [(ArrayOp::Subscribe { sub, .. }, _)] => *sub,
         other => panic!("{other:?}"),
     };
-    let ticket = Ticket { core: 1, conn: ConnId(9), token: 4 };
+    let ticket = Ticket { core: CoreId(1), conn: ConnId(9), token: 4 };
     let msg = Arc::new(Message {
         id: Bytes::new(),
         channel: Channel::from_static("a"),

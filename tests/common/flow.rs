@@ -4,7 +4,7 @@ use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use stompgate::mesh::msg::{CoreMsg, Mailbox, RpcRequest};
+use stompgate::mesh::msg::{CoreId, CoreMsg, Mailbox, RpcRequest};
 use stompgate::model::{now_unix_ns, Channel, Message, Pattern, Tags};
 
 /// How long a test waits to be sure nothing (more) arrives.
@@ -178,7 +178,7 @@ pub fn connected_spread(server: &TestServer, n: usize) -> Vec<Client> {
 
 /// The owner core of (pattern, channel) with the test server's two cores.
 pub fn owner(server: &TestServer, pattern: Pattern, channel: &str) -> usize {
-    server.array().owner_of(pattern, &Channel(Bytes::from(channel.to_string())))
+    server.array().owner_of(pattern, &Channel(Bytes::from(channel.to_string()))).index()
 }
 
 /// Waits until `core` has handled everything sent to it earlier through the array API:
@@ -187,7 +187,7 @@ pub fn owner(server: &TestServer, pattern: Pattern, channel: &str) -> usize {
 pub fn sync_array(server: &TestServer, core: usize) {
     let array = server.array();
     let channel =
-        (0..).map(|i| format!("{}.{i}", unique("probe"))).find(|c| array.owner_of(Pattern::Events, &Channel(Bytes::from(c.clone()))) == core).unwrap();
+        (0..).map(|i| format!("{}.{i}", unique("probe"))).find(|c| array.owner_of(Pattern::Events, &Channel(Bytes::from(c.clone()))).index() == core).unwrap();
     let mut c = server.connected();
     c.subscribe_sync("probe", &format!("/topic/{channel}"), &[]);
     let msg = Message {
@@ -200,7 +200,7 @@ pub fn sync_array(server: &TestServer, core: usize) {
         timestamp_ns: now_unix_ns(),
         sequence: 0,
     };
-    assert!(array.send(core, CoreMsg::Publish { pattern: Pattern::Events, msg: Arc::new(msg), done: None }));
+    assert!(array.send(CoreId(core), CoreMsg::Publish { pattern: Pattern::Events, msg: Arc::new(msg), done: None }));
     let f = c.frame();
     assert_eq!((f.command.as_str(), f.body.as_slice()), ("MESSAGE", &b"probe"[..]));
 }
