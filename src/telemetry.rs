@@ -145,3 +145,28 @@ impl Drop for Counted {
         self.0.decrement(1.0);
     }
 }
+
+/// One stream's part of a gauge that several streams of a kind add up to (the unconfirmed work
+/// of a core's per-channel events streams): `set` moves the gauge by the change in this part,
+/// and dropping it takes the part back out.
+pub struct GaugePart {
+    gauge: Gauge,
+    part: f64,
+}
+
+impl GaugePart {
+    pub fn new(gauge: &Gauge) -> GaugePart {
+        GaugePart { gauge: gauge.clone(), part: 0.0 }
+    }
+
+    pub fn set(&mut self, value: f64) {
+        self.gauge.increment(value - self.part);
+        self.part = value;
+    }
+}
+
+impl Drop for GaugePart {
+    fn drop(&mut self) {
+        self.gauge.decrement(self.part);
+    }
+}
