@@ -37,6 +37,8 @@ pub struct CoreMetrics {
     pub deliveries_dropped: Counter,
     pub mesh_events_dropped: Counter,
     pub headers_dropped: Counter,
+    /// Queue SENDs refused at the depth limit by this core's shard (embedded array only).
+    pub queue_sends_refused: Counter,
 }
 
 impl CoreMetrics {
@@ -49,7 +51,8 @@ impl CoreMetrics {
             messages_delivered: counter!("stompgate_messages_delivered_total", "core" => core.clone()),
             deliveries_dropped: counter!("stompgate_deliveries_dropped_total", "core" => core.clone()),
             mesh_events_dropped: counter!("stompgate_mesh_events_dropped_total", "core" => core.clone()),
-            headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core),
+            headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core.clone()),
+            queue_sends_refused: counter!("stompgate_queue_sends_refused_total", "core" => core),
         }
     }
 }
