@@ -240,14 +240,8 @@ impl Paced {
         if waits.is_empty() {
             return;
         }
-        std::future::poll_fn(|cx| {
-            if waits.iter_mut().any(|w| w.as_mut().poll(cx).is_ready()) {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        })
-        .await;
+        std::future::poll_fn(|cx| if waits.iter_mut().any(|w| w.as_mut().poll(cx).is_ready()) { std::task::Poll::Ready(()) } else { std::task::Poll::Pending })
+            .await;
     }
 }
 
