@@ -37,6 +37,8 @@ pub struct CoreMetrics {
     pub deliveries_dropped: Counter,
     pub mesh_events_dropped: Counter,
     pub headers_dropped: Counter,
+    /// Queue SENDs refused at the depth limit by this core's shard (embedded array only).
+    pub queue_sends_refused: Counter,
 }
 
 impl CoreMetrics {
@@ -49,7 +51,8 @@ impl CoreMetrics {
             messages_delivered: counter!("stompgate_messages_delivered_total", "core" => core.clone()),
             deliveries_dropped: counter!("stompgate_deliveries_dropped_total", "core" => core.clone()),
             mesh_events_dropped: counter!("stompgate_mesh_events_dropped_total", "core" => core.clone()),
-            headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core),
+            headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core.clone()),
+            queue_sends_refused: counter!("stompgate_queue_sends_refused_total", "core" => core),
         }
     }
 }
@@ -143,5 +146,30 @@ impl Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         self.0.decrement(1.0);
+    }
+}
+
+/// One stream's part of a gauge that several streams of a kind add up to (the unconfirmed work
+/// of a core's per-channel events streams): `set` moves the gauge by the change in this part,
+/// and dropping it takes the part back out.
+pub struct GaugePart {
+    gauge: Gauge,
+    part: f64,
+}
+
+impl GaugePart {
+    pub fn new(gauge: &Gauge) -> GaugePart {
+        GaugePart { gauge: gauge.clone(), part: 0.0 }
+    }
+
+    pub fn set(&mut self, value: f64) {
+        self.gauge.increment(value - self.part);
+        self.part = value;
+    }
+}
+
+impl Drop for GaugePart {
+    fn drop(&mut self) {
+        self.gauge.decrement(self.part);
     }
 }

@@ -5,4 +5,5 @@
 mod common;
 
 mod grpc_subscriber_drops_counted;
+mod queue_refusals_counted;
 mod remote_array_down;

@@ -189,6 +189,8 @@ pub struct Queues {
     /// Depth limit per queue (see "Depth limit"); 0 = unlimited.
     max_messages: usize,
     max_bytes: usize,
+    /// SENDs refused at the depth limit, over every queue.
+    refused_total: u64,
 }
 
 /// Counters a test or a metrics endpoint can read.
@@ -201,7 +203,7 @@ pub struct QueueDepth {
 
 impl Queues {
     pub fn new(core: CoreId, cores: usize, ack_timeout: Duration) -> Self {
-        Queues { core, cores: cores.max(1), ack_timeout, next_tag: 1, channels: AHashMap::new(), max_messages: 0, max_bytes: 0 }
+        Queues { core, cores: cores.max(1), ack_timeout, next_tag: 1, channels: AHashMap::new(), max_messages: 0, max_bytes: 0, refused_total: 0 }
     }
 
     /// Sets the depth limit of every queue (messages, body bytes; 0 = unlimited).
@@ -214,6 +216,13 @@ impl Queues {
     /// SENDs refused at the depth limit, for tests and metrics.
     pub fn refused(&self, channel: &Channel) -> u64 {
         self.channels.get(channel).map_or(0, |c| c.refused)
+    }
+
+    /// SENDs refused at the depth limit over every queue of this shard, ever (the
+    /// `stompgate_queue_sends_refused_total` counter; kept apart from the channels, which may
+    /// be deleted).
+    pub fn refused_total(&self) -> u64 {
+        self.refused_total
     }
 
     pub fn depth(&self, channel: &Channel) -> QueueDepth {
@@ -229,6 +238,7 @@ impl Queues {
         let full = (self.max_messages > 0 && ch.depth() >= self.max_messages) || (self.max_bytes > 0 && ch.depth_bytes.saturating_add(len) > self.max_bytes);
         if full {
             ch.refused += 1;
+            self.refused_total += 1;
             if let Some(t) = done {
                 out.push((t.core, CoreMsg::QueueFull { ticket: t }));
             }
@@ -938,6 +948,7 @@ mod tests {
             assert_eq!(done.len() + full.len(), bodies.len(), "{name}: every ticket answered once");
             assert_eq!(q.depth(&ch()).ready, bodies.len() - refused.len(), "{name}: refused sends are not appended");
             assert_eq!(q.refused(&ch()), refused.len() as u64, "{name}");
+            assert_eq!(q.refused_total(), refused.len() as u64, "{name}: the shard's total");
         }
     }
 

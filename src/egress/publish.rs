@@ -1,5 +1,11 @@
-//! Publishing through the array: events and events-store over one long-lived
-//! `SendEventsStream` per core, queue SENDs over one long-lived `QueuesUpstream` per core.
+//! Publishing through the array: events and events-store over one `SendEventsStream` per
+//! channel of the core (closed after [`IDLE_LANE`] without work), queue SENDs over one
+//! long-lived `QueuesUpstream` per core.
+//!
+//! Why a stream per channel: the array paces each `SendEventsStream` by its subscribers
+//! (`grpc::events`), so on one stream shared by every channel a stalled subscriber of one
+//! channel would hold back every other channel's events, and the receipts waiting on them.
+//! One stream per channel makes that pacing per channel.
 //!
 //! Confirmations: a plain event is confirmed once handed to the stream (events are
 //! best-effort); an events-store event once the array's `Result` says it was stored; a queue
@@ -9,12 +15,12 @@
 use super::backoff::Backoff;
 use super::{Worker, GIVE_UP};
 use crate::mesh::msg::Ticket;
-use crate::model::{Message, Pattern};
-use crate::telemetry::{Counted, Stream as StreamKind};
+use crate::model::{Channel, Message, Pattern};
+use crate::telemetry::{Counted, GaugePart, Stream as StreamKind};
 use crate::wire::convert::{string_of, tags_to_map};
 use crate::wire::pb;
 use futures_lite::Stream;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
@@ -37,6 +43,10 @@ impl<T> Stream for Outbound<T> {
 const SWEEP: Duration = Duration::from_secs(1);
 /// Requests queued toward one stream before the task waits for the connection to take them.
 const STREAM_WINDOW: usize = 1024;
+/// A channel's events stream with nothing to send or confirm for this long is closed.
+const IDLE_LANE: Duration = Duration::from_secs(10);
+/// The fewest known lanes at which closed ones are pruned.
+const MIN_PRUNE_AT: usize = 64;
 
 struct Item {
     msg: Arc<Message>,
@@ -47,7 +57,11 @@ struct Item {
 
 pub struct Publisher {
     worker: Weak<Worker>,
-    events: RefCell<Option<mpsc::UnboundedSender<Item>>>,
+    /// The events stream task of each channel (Events and Events-Store share it: the array's
+    /// pacing is per stream, and a store event's confirmation waits on the same subscribers).
+    events: RefCell<HashMap<Channel, mpsc::UnboundedSender<Item>>>,
+    /// At this many lanes known, the closed ones are forgotten.
+    prune_at: Cell<usize>,
     queues: RefCell<Option<mpsc::UnboundedSender<Item>>>,
 }
 
@@ -61,12 +75,32 @@ fn client_id_of(w: &Worker, msg: &Message) -> String {
 
 impl Publisher {
     pub fn new(worker: Weak<Worker>) -> Self {
-        Publisher { worker, events: RefCell::new(None), queues: RefCell::new(None) }
+        Publisher { worker, events: RefCell::new(HashMap::new()), prune_at: Cell::new(MIN_PRUNE_AT), queues: RefCell::new(None) }
     }
 
+    /// Hands the event to its channel's stream task, starting one if the channel has none (or
+    /// its task closed for idleness).
     pub fn publish(&self, pattern: Pattern, msg: Arc<Message>, ticket: Option<Ticket>) {
         let item = Item { msg, store: pattern == Pattern::EventsStore, ticket, since: Instant::now() };
-        self.feed(&self.events, item, |w, rx| tokio::task::spawn_local(run_events(w, rx)));
+        let mut lanes = self.events.borrow_mut();
+        let item = match lanes.get(&item.msg.channel) {
+            Some(tx) => match tx.send(item) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(item)) => item,
+            },
+            None => item,
+        };
+        let Some(worker) = self.worker.upgrade() else { return };
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::task::spawn_local(run_events(worker, rx));
+        let channel = item.msg.channel.clone();
+        let _ = tx.send(item);
+        // Forget the lanes that closed for idleness, now and then (not on every new one).
+        if lanes.len() >= self.prune_at.get() {
+            lanes.retain(|_, tx| !tx.is_closed());
+            self.prune_at.set((lanes.len() * 2).max(MIN_PRUNE_AT));
+        }
+        lanes.insert(channel, tx);
     }
 
     pub fn queue_send(&self, msg: Arc<Message>, ticket: Option<Ticket>) {
@@ -159,13 +193,14 @@ async fn wait_reconnect(
 async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
     let metrics = w.metrics.stream(StreamKind::Events);
     let _wanted = Counted::new(&metrics.wanted);
+    let mut unconfirmed = GaugePart::new(&metrics.unconfirmed);
     let mut backoff = Backoff::default();
     // Store events sent and not yet confirmed, by EventID.
     let mut pending: HashMap<String, Item> = HashMap::new();
     let mut dropped = 0u64;
     let key = |i: &Item| string_of(&i.msg.id);
     loop {
-        metrics.unconfirmed.set(pending.len() as f64);
+        unconfirmed.set(pending.len() as f64);
         let (tx, rx) = mpsc::channel(STREAM_WINDOW);
         let mut responses = match w.client.clone().send_events_stream(Outbound(rx)).await {
             Ok(r) => r.into_inner(),
@@ -189,10 +224,12 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
             }
         }
         let mut sweep = tokio::time::interval(SWEEP);
+        let mut last_work = Instant::now();
         while !broken {
             tokio::select! {
                 item = input.recv() => {
                     let Some(item) = item else { return };
+                    last_work = Instant::now();
                     let event = event_of(&w, &item);
                     if item.store {
                         pending.insert(key(&item), item);
@@ -214,9 +251,17 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
                     }
                     Ok(None) | Err(_) => broken = true,
                 },
-                _ = sweep.tick() => give_up(&w, &mut pending, "events-store publish", false),
+                _ = sweep.tick() => {
+                    give_up(&w, &mut pending, "events-store publish", false);
+                    // Idle: close this channel's stream (the publisher starts a new task for
+                    // the next event; nothing can arrive between this check and the return,
+                    // as the publisher runs on this same thread).
+                    if pending.is_empty() && input.is_empty() && last_work.elapsed() >= IDLE_LANE {
+                        return;
+                    }
+                }
             }
-            metrics.unconfirmed.set(pending.len() as f64);
+            unconfirmed.set(pending.len() as f64);
         }
         drop(connected);
         metrics.reconnects.increment(1);

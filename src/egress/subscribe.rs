@@ -6,7 +6,8 @@
 //! for that copy). Events-Store subscriptions each keep their own stream, since each has its
 //! own start position; after a reconnect one resumes at the sequence after the last it
 //! delivered (or, if it delivered nothing yet, from the time it subscribed). Deliveries into
-//! the core are paced by confirmations (see [`PACE_WINDOW`]).
+//! the core are paced by confirmations (see [`PACE_WINDOW`]) at the pace of the stream's
+//! fastest member (see [`deliver`]).
 use super::backoff::Backoff;
 use super::Worker;
 use crate::mesh::confirm::Confirmation;
@@ -19,6 +20,7 @@ use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
@@ -182,7 +184,7 @@ async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
                 tracing::debug!(core = %w.core, channel = %key.channel, "subscribed at the array");
                 let _connected = Counted::new(&metrics.connected);
                 let mut stream = response.into_inner();
-                let mut paced: VecDeque<Confirmation> = VecDeque::new();
+                let mut paced: VecDeque<Paced> = VecDeque::new();
                 let mut delivered = 0u64;
                 while let Ok(Some(ev)) = stream.message().await {
                     if store {
@@ -192,7 +194,7 @@ async fn run(w: Rc<Worker>, key: Key, start: StartAt, members: Rc<Members>) {
                     if let Some(confirmation) = deliver(&w, &key, &members, message_of(ev), delivered.is_multiple_of(PACE_EVERY)) {
                         paced.push_back(confirmation);
                         if paced.len() > PACE_WINDOW {
-                            let _ = paced.pop_front().expect("not empty").wait().await;
+                            paced.pop_front().expect("not empty").first().await;
                         }
                     }
                 }
@@ -227,9 +229,32 @@ fn mark_attempted(b: &mut Backoff) {
     b.attempted = true;
 }
 
-/// Hands `msg` to the core for its local members; when `paced`, with a ticket whose
-/// confirmation comes once every member took it (or dropped it after parking 2 s).
-fn deliver(w: &Worker, key: &Key, members: &Members, msg: Arc<Message>, paced: bool) -> Option<Confirmation> {
+/// The confirmations of one paced delivery, one per member it went to.
+struct Paced(Vec<Confirmation>);
+
+impl Paced {
+    /// Waits until the first member took the delivery (or, if every one of them parked it,
+    /// until the first parked one settled).
+    async fn first(self) {
+        let mut waits: Vec<_> = self.0.into_iter().map(|c| Box::pin(c.wait())).collect();
+        if waits.is_empty() {
+            return;
+        }
+        std::future::poll_fn(|cx| if waits.iter_mut().any(|w| w.as_mut().poll(cx).is_ready()) { std::task::Poll::Ready(()) } else { std::task::Poll::Pending })
+            .await;
+    }
+}
+
+/// Hands `msg` to the core for its local members; when `paced`, one delivery per member, each
+/// with a ticket whose confirmation comes once that member took it (or dropped it after
+/// parking 2 s), and the stream waits for the first of them only.
+///
+/// Why the first and not all: the members share one copy from the array, so a stream paced by
+/// its slowest member would hold a healthy member to a stalled one's pace (2 s per window),
+/// and the array would drop for both. Paced by the fastest, a member that falls behind parks
+/// and then drops under the one slow-subscriber policy, alone; a stream whose only member
+/// pauses still holds back the array (and so its publishers) within the grace.
+fn deliver(w: &Worker, key: &Key, members: &Members, msg: Arc<Message>, paced: bool) -> Option<Paced> {
     let subs = members.subs.borrow();
     if subs.is_empty() {
         return None;
@@ -247,10 +272,17 @@ fn deliver(w: &Worker, key: &Key, members: &Members, msg: Arc<Message>, paced: b
         // part to come (the core's delivery, `CoreMsg::Delivered`), then hands the delivery over
         // on the same channel (see `engine::completion`).
         let (back, core) = (&w.back, w.core);
-        return Some(w.confirmer.send(back, core, |t| {
-            back.send(core, CoreMsg::Done { ticket: t, more: 1 });
-            CoreMsg::Deliver { pattern, msg, subs: chosen, done: Some(t) }
-        }));
+        let confirmations = chosen
+            .into_iter()
+            .map(|sub| {
+                let msg = Arc::clone(&msg);
+                w.confirmer.send(back, core, |t| {
+                    back.send(core, CoreMsg::Done { ticket: t, more: 1 });
+                    CoreMsg::Deliver { pattern, msg, subs: vec![sub], done: Some(t) }
+                })
+            })
+            .collect();
+        return Some(Paced(confirmations));
     }
     w.back.send(w.core, CoreMsg::Deliver { pattern, msg, subs: chosen, done: None });
     None

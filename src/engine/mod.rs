@@ -317,6 +317,9 @@ impl Core {
         t.deliveries_dropped.absolute(m.deliveries_dropped.get());
         t.mesh_events_dropped.absolute(m.mesh_events_dropped.get());
         t.headers_dropped.absolute(m.headers_dropped.get());
+        if let Backend::Embedded(shard) = &self.backend {
+            t.queue_sends_refused.absolute(shard.borrow().queues.refused_total());
+        }
     }
 
     /// A parked delivery that carried `ticket` was written or dropped: the publisher's core
