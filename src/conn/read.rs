@@ -100,9 +100,10 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
         // One Settle per subscription for the whole batch's ACKs (see session::PendingSettle).
         conn.with_session(core, |s, out| s.end_of_batch(out));
         core.drain_local();
-        // Back-pressure: while a core cannot keep up with what another sends it, stop
-        // reading from clients (on every core) rather than queueing or dropping without bound.
-        while core.mesh_backed_up() && !conn.stops_reading() {
+        // Back-pressure: while a core cannot keep up with what another sends it (or, with a
+        // remote array, this core's egress with what it forwards), stop reading from clients
+        // rather than queueing or dropping without bound.
+        while core.readers_must_pause() && !conn.stops_reading() {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
         wait_for_output(conn).await;

@@ -22,6 +22,7 @@
 //! after [`GIVE_UP`] without confirmation a receipted one fails with ERROR `internal error`.
 //! Queue messages a consumer held when its stream broke return to the queue on the array's
 //! side; their late ACKs are ignored.
+pub mod backlog;
 pub mod backoff;
 pub mod consume;
 pub mod publish;
@@ -61,12 +62,19 @@ impl tonic::service::Interceptor for Auth {
 /// The core's end: forwards array work to the egress thread. Dropping it stops the thread.
 pub struct Link {
     tx: mpsc::UnboundedSender<CoreMsg>,
+    backlog: backlog::Backlog,
 }
 
 impl Link {
     /// Never blocks. A stopped egress (shutdown) drops the work.
     pub fn forward(&self, msg: CoreMsg) {
+        self.backlog.add(backlog::Backlog::weight(&msg));
         let _ = self.tx.send(msg);
+    }
+
+    /// Whether this core's readers must pause until the egress catches up (see [`backlog`]).
+    pub fn backed_up(&self) -> bool {
+        self.backlog.over()
     }
 }
 
@@ -124,6 +132,8 @@ pub fn client(remote: &RemoteArray) -> Result<Client, String> {
 /// runtime and client (or with the reason it could not build them).
 pub fn spawn(core: CoreId, cpu: usize, remote: &RemoteArray, cfg: Arc<Config>, back: ArrayHandle) -> Result<Link, String> {
     let (tx, rx) = mpsc::unbounded_channel();
+    let backlog = backlog::Backlog::default();
+    let worker_backlog = backlog.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let remote = remote.clone();
     std::thread::Builder::new()
@@ -151,11 +161,11 @@ pub fn spawn(core: CoreId, cpu: usize, remote: &RemoteArray, cfg: Arc<Config>, b
             };
             let _ = ready_tx.send(Ok(()));
             let local = tokio::task::LocalSet::new();
-            local.block_on(&runtime, Worker::new(core, client, back, cfg).run(rx));
+            local.block_on(&runtime, Worker::new(core, client, back, cfg, worker_backlog).run(rx));
         })
         .map_err(|e| format!("cannot start the egress thread: {e}"))?;
     ready_rx.recv().map_err(|_| "the egress thread died while starting".to_string())??;
-    Ok(Link { tx })
+    Ok(Link { tx, backlog })
 }
 
 /// The egress of one core: routes each piece of array work to the task that owns it.
@@ -169,13 +179,15 @@ pub struct Worker {
     pub metrics: crate::telemetry::EgressMetrics,
     /// Confirms deliveries handed to the core, to pace subscription streams (see [`subscribe`]).
     pub confirmer: std::sync::Arc<crate::mesh::confirm::Confirmer>,
+    /// The core's count of publish and queue-SEND bytes not yet out of this egress.
+    backlog: backlog::Backlog,
     publisher: publish::Publisher,
     subscriptions: subscribe::Subscriptions,
     consumers: consume::Consumers,
 }
 
 impl Worker {
-    fn new(core: CoreId, client: Client, back: ArrayHandle, cfg: Arc<Config>) -> Rc<Worker> {
+    fn new(core: CoreId, client: Client, back: ArrayHandle, cfg: Arc<Config>, backlog: backlog::Backlog) -> Rc<Worker> {
         let host = crate::wire::host_name().unwrap_or_else(|| "gateway".into());
         Rc::new_cyclic(|me| Worker {
             core,
@@ -188,6 +200,7 @@ impl Worker {
             client,
             back,
             cfg,
+            backlog,
         })
     }
 
@@ -204,9 +217,11 @@ impl Worker {
     }
 
     fn handle(self: &Rc<Self>, msg: CoreMsg) {
+        // The bytes the core counted in for this message, given back when its work ends.
+        let held = self.backlog.hold(backlog::Backlog::weight(&msg));
         match msg {
-            CoreMsg::Publish { pattern, msg, done } => self.publisher.publish(pattern, msg, done),
-            CoreMsg::QueueSend { msg, meta: _, done } => self.publisher.queue_send(msg, done),
+            CoreMsg::Publish { pattern, msg, done } => self.publisher.publish(pattern, msg, done, held),
+            CoreMsg::QueueSend { msg, meta: _, done } => self.publisher.queue_send(msg, done, held),
             CoreMsg::Subscribe { pattern: crate::model::Pattern::Queues, channel, sub, prefetch, done, .. } => {
                 self.consumers.subscribe(channel, sub, prefetch);
                 self.done(done);

@@ -12,6 +12,7 @@
 //! SEND once the array's `SendQueueMessageResult` says it was queued. Unconfirmed ones are sent
 //! again after a reconnect (at-least-once) and fail after [`GIVE_UP`]. Plain events published
 //! while the array is unreachable are dropped and counted, not buffered without bound.
+use super::backlog::Held;
 use super::backoff::Backoff;
 use super::{Worker, GIVE_UP};
 use crate::mesh::msg::Ticket;
@@ -50,6 +51,8 @@ const MIN_PRUNE_AT: usize = 64;
 
 struct Item {
     msg: Arc<Message>,
+    /// Its bytes in the core's backlog, counted out when the item is dropped.
+    _held: Held,
     store: bool,
     ticket: Option<Ticket>,
     since: Instant,
@@ -80,8 +83,8 @@ impl Publisher {
 
     /// Hands the event to its channel's stream task, starting one if the channel has none (or
     /// its task closed for idleness).
-    pub fn publish(&self, pattern: Pattern, msg: Arc<Message>, ticket: Option<Ticket>) {
-        let item = Item { msg, store: pattern == Pattern::EventsStore, ticket, since: Instant::now() };
+    pub fn publish(&self, pattern: Pattern, msg: Arc<Message>, ticket: Option<Ticket>, held: Held) {
+        let item = Item { msg, _held: held, store: pattern == Pattern::EventsStore, ticket, since: Instant::now() };
         let mut lanes = self.events.borrow_mut();
         let item = match lanes.get(&item.msg.channel) {
             Some(tx) => match tx.send(item) {
@@ -103,8 +106,8 @@ impl Publisher {
         lanes.insert(channel, tx);
     }
 
-    pub fn queue_send(&self, msg: Arc<Message>, ticket: Option<Ticket>) {
-        let item = Item { msg, store: true, ticket, since: Instant::now() };
+    pub fn queue_send(&self, msg: Arc<Message>, ticket: Option<Ticket>, held: Held) {
+        let item = Item { msg, _held: held, store: true, ticket, since: Instant::now() };
         self.feed(&self.queues, item, |w, rx| tokio::task::spawn_local(run_queues(w, rx)));
     }
 

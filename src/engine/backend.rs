@@ -32,6 +32,15 @@ pub enum Route {
 }
 
 impl Backend {
+    /// Whether the array cannot take more from this core's readers for now: a remote array's
+    /// egress over its backlog bound. The embedded array paces through the mesh instead.
+    pub fn backed_up(&self) -> bool {
+        match self {
+            Backend::Embedded(_) => false,
+            Backend::Remote(link) => link.backed_up(),
+        }
+    }
+
     /// Where `op` must go, with `cores` cores in the process.
     pub fn route(&self, op: &ArrayOp, cores: usize) -> Route {
         if let Backend::Remote(_) = self {

@@ -97,6 +97,12 @@ impl Core {
         self.shared.backed_up_cores.load(Ordering::Relaxed) > 0
     }
 
+    /// Whether this core's readers must pause: the mesh is backed up, or (remote array) this
+    /// core's egress holds more than its backlog bound (`egress::backlog`).
+    pub fn readers_must_pause(&self) -> bool {
+        self.mesh_backed_up() || self.backend.backed_up()
+    }
+
     /// Keeps this core's entry in `Shared::backed_up_cores` true to its overflow queues. Called
     /// only where the overflow changes (a full ring), so the common path pays nothing.
     fn note_backlog(&self) {
