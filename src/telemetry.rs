@@ -37,6 +37,7 @@ pub struct CoreMetrics {
     pub deliveries_dropped: Counter,
     pub mesh_events_dropped: Counter,
     pub headers_dropped: Counter,
+    pub tls_handshakes_failed: Counter,
 }
 
 impl CoreMetrics {
@@ -49,7 +50,8 @@ impl CoreMetrics {
             messages_delivered: counter!("stompgate_messages_delivered_total", "core" => core.clone()),
             deliveries_dropped: counter!("stompgate_deliveries_dropped_total", "core" => core.clone()),
             mesh_events_dropped: counter!("stompgate_mesh_events_dropped_total", "core" => core.clone()),
-            headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core),
+            headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core.clone()),
+            tls_handshakes_failed: counter!("stompgate_tls_handshakes_failed_total", "core" => core),
         }
     }
 }

@@ -317,6 +317,7 @@ impl Core {
         t.deliveries_dropped.absolute(m.deliveries_dropped.get());
         t.mesh_events_dropped.absolute(m.mesh_events_dropped.get());
         t.headers_dropped.absolute(m.headers_dropped.get());
+        t.tls_handshakes_failed.absolute(m.tls_handshakes_failed.get());
     }
 
     /// A parked delivery that carried `ticket` was written or dropped: the publisher's core
