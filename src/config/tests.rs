@@ -394,9 +394,11 @@ fn stomp_tls_needs_cert_and_key_and_its_address_follows_the_stomp_conventions() 
     assert_eq!(err(&["--tls-cert", "/nonexistent.pem", "--tls-key", file], &[]), "invalid --tls-cert: /nonexistent.pem is not a readable file");
     // Address: flag > env port (host from the file) > file > default; `off` switches it off.
     let tls = ["--tls-cert", file, "--tls-key", file];
-    let with = |extra: &[&str]| [&tls[..], extra].concat();
-    assert_eq!(parse(&with(&["--stomp-tls-addr", "127.0.0.1:7010"])).unwrap().stomp_tls_listener(), Some("127.0.0.1:7010".parse().unwrap()));
-    assert_eq!(parse(&with(&["--stomp-tls-addr", "off"])).unwrap().stomp_tls_listener(), None);
+    fn with<'a>(tls: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        [tls, extra].concat()
+    }
+    assert_eq!(parse(&with(&tls, &["--stomp-tls-addr", "127.0.0.1:7010"])).unwrap().stomp_tls_listener(), Some("127.0.0.1:7010".parse().unwrap()));
+    assert_eq!(parse(&with(&tls, &["--stomp-tls-addr", "off"])).unwrap().stomp_tls_listener(), None);
     assert_eq!(parse_env(&tls, &[("CONNECTORS_STOMP_TLS_PORT", "7011")]).unwrap().stomp_tls_addr, Some("0.0.0.0:7011".parse().unwrap()));
     let f = TempToml::new("stomp_tls_addr = \"127.0.0.2:7012\"\n");
     assert_eq!(parse_env(&["--config", f.path()], &[("CONNECTORS_STOMP_TLS_PORT", "7013")]).unwrap().stomp_tls_addr, Some("127.0.0.2:7013".parse().unwrap()));
