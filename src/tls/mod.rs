@@ -53,11 +53,6 @@ impl Tls {
             Err(reason) => tracing::error!(%reason, "TLS reload refused; keeping the previous certificate"),
         }
     }
-
-    /// Whether clients must present a certificate (`--tls-client-ca`).
-    pub fn mutual(&self) -> bool {
-        self.files.client_ca_file.is_some()
-    }
 }
 
 /// The transport identity of a mutual-TLS client: its leaf certificate's subject CN. `None`
