@@ -23,4 +23,5 @@ pub mod runtime;
 pub mod session;
 pub mod stomp;
 pub mod telemetry;
+pub mod tls;
 pub mod wire;

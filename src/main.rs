@@ -6,9 +6,12 @@ use stompgate::runtime::Server;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    // Colours only for a person at a terminal: a log file or a collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("STOMPGATE_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
     let cfg = match Config::from_env_and_args() {
         Ok(cfg) => cfg,
@@ -18,7 +21,6 @@ fn main() {
         }
     };
     raise_open_files_limit();
-    let addr = cfg.stomp_addr;
     let (grpc_addr, grpc_threads) = (cfg.grpc_addr, cfg.grpc_threads);
     // A gRPC subscriber buffers and parks exactly as a STOMP subscription does (`delivery`).
     let grpc_limits = stompgate::grpc::Limits { subscriber_buffer: cfg.sub_buff_size.max(1) };
@@ -60,13 +62,34 @@ fn main() {
             std::process::exit(1);
         }
     }
+    // SIGHUP: re-read the TLS files, on a thread of its own (the handler itself only wakes it).
+    if let Some(tls) = server.tls() {
+        match signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP]) {
+            Ok(mut signals) => {
+                let spawned = std::thread::Builder::new().name("stompgate-sighup".into()).spawn(move || {
+                    for _ in signals.forever() {
+                        tls.reload();
+                    }
+                });
+                if let Err(e) = spawned {
+                    eprintln!("stompgate: cannot start the SIGHUP thread: {e}");
+                    std::process::exit(1);
+                }
+            }
+            Err(e) => {
+                eprintln!("stompgate: cannot install the SIGHUP handler: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let plain = server.stomp_plain_addr().map_or_else(|| "off".into(), |a| a.to_string());
+    let tls = server.stomp_tls_addr().map_or_else(|| "off".into(), |a| a.to_string());
     match &remote {
         Some(array) => {
-            tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, %array, "stompgate listening (remote array; the gRPC API is the array's)")
+            tracing::info!(stomp = %plain, stomp_tls = %tls, cores = cpus.len(), cpus = ?cpus, %array, "stompgate listening (remote array; the gRPC API is the array's)")
         }
-        None => tracing::info!(stomp = %server.stomp_addr(), cores = cpus.len(), cpus = ?cpus, "stompgate listening (embedded array)"),
+        None => tracing::info!(stomp = %plain, stomp_tls = %tls, cores = cpus.len(), cpus = ?cpus, "stompgate listening (embedded array)"),
     }
-    let _ = addr;
     // Availability first (seed 003): a gRPC listener that cannot bind is logged and the
     // gateway runs on without it.
     let grpc = grpc_addr.and_then(|a| match stompgate::grpc::start_secured(a, grpc_threads, server.array(), grpc_limits, grpc_security) {

@@ -39,6 +39,7 @@ pub struct CoreMetrics {
     pub headers_dropped: Counter,
     /// Queue SENDs refused at the depth limit by this core's shard (embedded array only).
     pub queue_sends_refused: Counter,
+    pub tls_handshakes_failed: Counter,
 }
 
 impl CoreMetrics {
@@ -52,7 +53,8 @@ impl CoreMetrics {
             deliveries_dropped: counter!("stompgate_deliveries_dropped_total", "core" => core.clone()),
             mesh_events_dropped: counter!("stompgate_mesh_events_dropped_total", "core" => core.clone()),
             headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core.clone()),
-            queue_sends_refused: counter!("stompgate_queue_sends_refused_total", "core" => core),
+            queue_sends_refused: counter!("stompgate_queue_sends_refused_total", "core" => core.clone()),
+            tls_handshakes_failed: counter!("stompgate_tls_handshakes_failed_total", "core" => core),
         }
     }
 }

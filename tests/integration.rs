@@ -40,6 +40,7 @@ mod start_position_props;
 mod start_stop;
 mod stomp_channels_pass_grpc_validation;
 mod tag_mapping_props;
+mod tls;
 mod transactions;
 mod versions_escaping;
 mod wildcards;

@@ -6,8 +6,6 @@ use clap::Parser;
 const AFTER_HELP: &str = "\
 Precedence: command-line flag > environment variable > --config file > default.
 An environment variable set to the empty string counts as unset.
-CONNECTORS_STOMP_TLS_PORT is accepted and checked to be a port (1-65535), but TLS is not \
-implemented yet: no TLS listener is started.
 A bad value stops start-up with a one-line reason naming the setting and where it came from.";
 
 /// The command line. Every value is kept as the raw string (`None` = flag absent) and parsed
@@ -24,8 +22,31 @@ pub(super) struct Cli {
     /// STOMP listener address, an IP literal and a port (1-65535), e.g. 127.0.0.1:61613 or
     /// [::]:61613. Default 0.0.0.0:61613. Env CONNECTORS_STOMP_PORT sets only the port (the host
     /// stays that of the config file's stomp_addr, else 0.0.0.0). TOML key: stomp_addr.
-    #[arg(long, value_name = "IP:PORT")]
+    /// `off` turns plain STOMP off (then only the TLS listener serves STOMP).
+    #[arg(long, value_name = "IP:PORT|off")]
     pub(super) stomp_addr: Option<String>,
+
+    /// STOMP over TLS listener address (IP:PORT), or `off`. Bound only when --tls-cert and
+    /// --tls-key are given. Default 0.0.0.0:61614. Env CONNECTORS_STOMP_TLS_PORT sets only the
+    /// port (the host stays that of the config file's stomp_tls_addr, else 0.0.0.0). TOML key:
+    /// stomp_tls_addr.
+    #[arg(long, value_name = "IP:PORT|off")]
+    pub(super) stomp_tls_addr: Option<String>,
+
+    /// PEM certificate chain of the STOMP TLS listener (TLS 1.2 and 1.3 only); needs
+    /// --tls-key. Re-read on SIGHUP (new connections get the new one). No env. TOML key: tls_cert.
+    #[arg(long, value_name = "FILE")]
+    pub(super) tls_cert: Option<String>,
+
+    /// PEM private key for --tls-cert. Re-read on SIGHUP. No env. TOML key: tls_key.
+    #[arg(long, value_name = "FILE")]
+    pub(super) tls_key: Option<String>,
+
+    /// Mutual TLS on the STOMP TLS listener: PEM CA certificate(s); every client must present
+    /// a certificate signed by one of them, and the certificate's subject CN becomes the
+    /// client id. Needs --tls-cert. Re-read on SIGHUP. No env. TOML key: tls_client_ca.
+    #[arg(long, value_name = "FILE")]
+    pub(super) tls_client_ca: Option<String>,
 
     /// Run on the first N online CPUs, one pinned executor each; N must be 1..=number of online
     /// CPUs. Default: all online CPUs. Conflicts with --cpus. No env. TOML key: cores.

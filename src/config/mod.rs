@@ -36,6 +36,15 @@ use std::net::SocketAddr;
 pub struct Config {
     /// STOMP listener (default 0.0.0.0:61613).
     pub stomp_addr: SocketAddr,
+    /// Whether the plain STOMP listener is bound (`--stomp-addr off` turns it off; then
+    /// `stomp_addr` keeps its default and is unused). A flag beside the address, not an
+    /// `Option`, so that the many callers that build a `Config` with an address are unchanged.
+    pub stomp_plain: bool,
+    /// STOMP over TLS: listener address (default 0.0.0.0:61614; `None` = `off`), bound only
+    /// when `stomp_tls` is set.
+    pub stomp_tls_addr: Option<SocketAddr>,
+    /// The STOMP TLS listener's certificate, key and optional client CA (`--tls-*`).
+    pub stomp_tls: Option<StompTls>,
     /// CPUs to run one pinned executor on (from `--cpus`, else the first `--cores` online CPUs,
     /// else all online CPUs). Never empty.
     pub cpus: Vec<usize>,
@@ -85,6 +94,23 @@ pub struct ServerTls {
     pub key_file: std::path::PathBuf,
 }
 
+/// `--tls-cert`, `--tls-key` and `--tls-client-ca`: PEM files, re-read on SIGHUP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StompTls {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+    /// Mutual TLS: client certificates are required and verified against this CA.
+    pub client_ca_file: Option<std::path::PathBuf>,
+}
+
+impl Config {
+    /// The TLS listener's address, when it is to be bound (a certificate is configured and
+    /// `--stomp-tls-addr` is not `off`).
+    pub fn stomp_tls_listener(&self) -> Option<SocketAddr> {
+        self.stomp_tls.as_ref().and(self.stomp_tls_addr)
+    }
+}
+
 /// `--array`: the embedded array, or a remote one reached over gRPC.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum ArrayMode {
@@ -117,6 +143,9 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             stomp_addr: "0.0.0.0:61613".parse().unwrap(),
+            stomp_plain: true,
+            stomp_tls_addr: Some("0.0.0.0:61614".parse().unwrap()),
+            stomp_tls: None,
             cpus: vec![0],
             default_pattern: DefaultPattern::Events,
             heartbeat_ms: 10_000,

@@ -4,7 +4,7 @@
 use super::flags::Cli;
 use super::sources::{env, File, Source, Sources};
 use super::values::{invalid, parse_addr, parse_default_pattern, parse_port, parse_uint, text};
-use super::{ArrayMode, Config, RemoteArray, ServerTls};
+use super::{ArrayMode, Config, RemoteArray, ServerTls, StompTls};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 
@@ -17,12 +17,12 @@ impl Config {
         let src = Sources { cli, env, file: file.as_ref() };
         let d = Config::default();
 
-        // TLS is not implemented: the value is only checked, so a typo is still caught.
-        if let Some((raw, source)) = src.env(env::STOMP_TLS_PORT) {
-            parse_port(text(&raw, source)?, source)?;
-        }
-
-        let stomp_addr = Self::resolve_addr(&src, d.stomp_addr)?;
+        let (stomp_addr, stomp_plain) = match Self::resolve_addr(&src, "stomp-addr", &cli.stomp_addr, env::STOMP_PORT, "stomp_addr", d.stomp_addr)? {
+            Some(addr) => (addr, true),
+            None => (d.stomp_addr, false),
+        };
+        let stomp_tls_addr = Self::resolve_addr(&src, "stomp-tls-addr", &cli.stomp_tls_addr, env::STOMP_TLS_PORT, "stomp_tls_addr", d.stomp_tls_addr.unwrap())?;
+        let stomp_tls = Self::resolve_stomp_tls(&src)?;
         let cpus = Self::resolve_cpus(&src, online)?;
 
         let default_pattern = match src.pick("default-pattern", &cli.default_pattern, Some(env::DEFAULT_PATTERN), "default_pattern") {
@@ -44,6 +44,9 @@ impl Config {
 
         Ok(Config {
             stomp_addr,
+            stomp_plain,
+            stomp_tls_addr,
+            stomp_tls,
             cpus,
             default_pattern,
             heartbeat_ms: uint!(heartbeat_ms, "heartbeat-ms", Some(env::HEARTBEAT_MS), 0),
@@ -88,22 +91,47 @@ impl Config {
     /// `--grpc-tls-cert` and `--grpc-tls-key`: both or neither, each a readable file.
     fn resolve_grpc_tls<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>) -> Result<Option<ServerTls>, String> {
         let cli = src.cli;
-        let file = |name: &'static str, raw: &Option<String>, key: &'static str| -> Result<Option<(std::path::PathBuf, String)>, String> {
-            let Some((raw, source)) = src.pick(name, raw, None, key) else { return Ok(None) };
-            let path = text(&raw, source)?.to_string();
-            if !Path::new(&path).is_file() {
-                return Err(format!("invalid {source}: {path} is not a readable file"));
-            }
-            Ok(Some((path.into(), source.to_string())))
-        };
-        let cert = file("grpc-tls-cert", &cli.grpc_tls_cert, "grpc_tls_cert")?;
-        let key = file("grpc-tls-key", &cli.grpc_tls_key, "grpc_tls_key")?;
+        let cert = Self::resolve_file(src, "grpc-tls-cert", &cli.grpc_tls_cert, "grpc_tls_cert")?;
+        let key = Self::resolve_file(src, "grpc-tls-key", &cli.grpc_tls_key, "grpc_tls_key")?;
         match (cert, key) {
             (Some((cert_file, _)), Some((key_file, _))) => Ok(Some(ServerTls { cert_file, key_file })),
             (None, None) => Ok(None),
             (Some((_, source)), None) => Err(format!("invalid {source}: needs --grpc-tls-key too")),
             (None, Some((_, source))) => Err(format!("invalid {source}: needs --grpc-tls-cert too")),
         }
+    }
+
+    /// `--tls-cert` and `--tls-key` (both or neither) and `--tls-client-ca` (needs the pair).
+    fn resolve_stomp_tls<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>) -> Result<Option<StompTls>, String> {
+        let cli = src.cli;
+        let cert = Self::resolve_file(src, "tls-cert", &cli.tls_cert, "tls_cert")?;
+        let key = Self::resolve_file(src, "tls-key", &cli.tls_key, "tls_key")?;
+        let ca = Self::resolve_file(src, "tls-client-ca", &cli.tls_client_ca, "tls_client_ca")?;
+        match (cert, key) {
+            (Some((cert_file, _)), Some((key_file, _))) => Ok(Some(StompTls { cert_file, key_file, client_ca_file: ca.map(|(p, _)| p) })),
+            (None, None) => match ca {
+                Some((_, source)) => Err(format!("invalid {source}: needs --tls-cert and --tls-key too")),
+                None => Ok(None),
+            },
+            (Some((_, source)), None) => Err(format!("invalid {source}: needs --tls-key too")),
+            (None, Some((_, source))) => Err(format!("invalid {source}: needs --tls-cert too")),
+        }
+    }
+
+    /// A file setting (flag > file; no env): the path, checked to be a readable file, and the
+    /// name of its source for later messages.
+    fn resolve_file<F: Fn(&str) -> Option<String>>(
+        src: &Sources<'_, F>,
+        name: &'static str,
+        raw: &Option<String>,
+        key: &'static str,
+    ) -> Result<Option<(std::path::PathBuf, String)>, String> {
+        let Some((raw, source)) = src.pick(name, raw, None, key) else { return Ok(None) };
+        let path = text(&raw, source)?.to_string();
+        if !Path::new(&path).is_file() {
+            return Err(format!("invalid {source}: {path} is not a readable file"));
+        }
+        Ok(Some((path.into(), source.to_string())))
     }
 
     /// `--array` with its CA file and token. The CA file and token are errors without a remote
@@ -157,21 +185,33 @@ impl Config {
         }
     }
 
-    /// `--stomp-addr` > `CONNECTORS_STOMP_PORT` (port only; host from the file's `stomp_addr`,
-    /// else 0.0.0.0) > file `stomp_addr` > default.
-    fn resolve_addr<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>, default: SocketAddr) -> Result<SocketAddr, String> {
-        if let Some(s) = &src.cli.stomp_addr {
-            return parse_addr(s, Source::Flag("stomp-addr"));
+    /// A STOMP listener address, `None` for `off`: flag > env port (port only; host from the
+    /// file's key, else 0.0.0.0) > file > default. Used for `--stomp-addr` with
+    /// `CONNECTORS_STOMP_PORT` and for `--stomp-tls-addr` with `CONNECTORS_STOMP_TLS_PORT`.
+    fn resolve_addr<F: Fn(&str) -> Option<String>>(
+        src: &Sources<'_, F>,
+        flag: &'static str,
+        raw_flag: &Option<String>,
+        env_port: &'static str,
+        key: &'static str,
+        default: SocketAddr,
+    ) -> Result<Option<SocketAddr>, String> {
+        let addr_or_off = |s: &str, source: Source<'_>| match s.trim() {
+            "off" => Ok(None),
+            a => parse_addr(a, source).map(Some),
+        };
+        if let Some(s) = raw_flag {
+            return addr_or_off(s, Source::Flag(flag));
         }
-        let from_file = match src.file.and_then(|f| f.get("stomp_addr")) {
-            Some((raw, source)) => Some(parse_addr(text(&raw, source)?, source)?),
+        let from_file = match src.file.and_then(|f| f.get(key)) {
+            Some((raw, source)) => Some(addr_or_off(text(&raw, source)?, source)?),
             None => None,
         };
-        if let Some((raw, source)) = src.env(env::STOMP_PORT) {
+        if let Some((raw, source)) = src.env(env_port) {
             let port = parse_port(text(&raw, source)?, source)?;
-            let ip = from_file.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
-            return Ok(SocketAddr::new(ip, port));
+            let ip = from_file.flatten().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
+            return Ok(Some(SocketAddr::new(ip, port)));
         }
-        Ok(from_file.unwrap_or(default))
+        Ok(from_file.unwrap_or(Some(default)))
     }
 }

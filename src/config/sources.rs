@@ -7,7 +7,7 @@ use std::path::Path;
 /// Environment variable names (KubeMQ's own, so an operator's settings carry over).
 pub mod env {
     pub const STOMP_PORT: &str = "CONNECTORS_STOMP_PORT";
-    /// Validated as a port, otherwise unused: TLS is not implemented yet.
+    /// The port of the STOMP TLS listener (host: the file's `stomp_tls_addr`, else 0.0.0.0).
     pub const STOMP_TLS_PORT: &str = "CONNECTORS_STOMP_TLS_PORT";
     pub const DEFAULT_PATTERN: &str = "CONNECTORS_STOMP_DEFAULT_PATTERN";
     pub const HEARTBEAT_MS: &str = "CONNECTORS_STOMP_HEARTBEAT_MS";
@@ -32,8 +32,12 @@ pub mod env {
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 27] = [
+pub const TOML_KEYS: [&str; 31] = [
     "stomp_addr",
+    "stomp_tls_addr",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
     "cores",
     "cpus",
     "default_pattern",

@@ -120,6 +120,9 @@ fn each_env_name() {
         c,
         Config {
             stomp_addr: "0.0.0.0:7002".parse().unwrap(),
+            stomp_plain: true,
+            stomp_tls_addr: Some("0.0.0.0:7003".parse().unwrap()),
+            stomp_tls: None,
             cpus: ONLINE.to_vec(),
             default_pattern: DefaultPattern::Store,
             heartbeat_ms: 0,
@@ -157,8 +160,12 @@ fn empty_env_counts_as_unset() {
 #[test]
 fn toml_file_sets_every_key() {
     let f = TempToml::new(
-        r#"
+        &r#"
 stomp_addr = "127.0.0.1:7100"
+stomp_tls_addr = "127.0.0.1:7102"
+tls_cert = "CERT"
+tls_key = "CERT"
+tls_client_ca = "CERT"
 cpus = "0,2-3"
 default_pattern = "queues"
 heartbeat_ms = 5000
@@ -179,13 +186,18 @@ grpc_addr = "127.0.0.1:7101"
 grpc_threads = 2
 grpc_token = "s3cret"
 metrics_addr = "127.0.0.1:9100"
-"#,
+"#
+        .replace("CERT", concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")),
     );
     let c = parse(&["--config", f.path()]).unwrap();
+    let cert = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
     assert_eq!(
         c,
         Config {
             stomp_addr: "127.0.0.1:7100".parse().unwrap(),
+            stomp_plain: true,
+            stomp_tls_addr: Some("127.0.0.1:7102".parse().unwrap()),
+            stomp_tls: Some(StompTls { cert_file: cert.clone(), key_file: cert.clone(), client_ca_file: Some(cert) }),
             cpus: vec![0, 2, 3],
             default_pattern: DefaultPattern::Queues,
             heartbeat_ms: 5000,
@@ -363,6 +375,48 @@ fn grpc_listener_tls_needs_both_files_and_token_comes_from_env_or_flag() {
     assert_eq!(parse_env(&[], &[("STOMPGATE_GRPC_TOKEN", "t1")]).unwrap().grpc_token.as_deref(), Some("t1"));
     assert_eq!(parse_env(&["--grpc-token", "t2"], &[("STOMPGATE_GRPC_TOKEN", "t1")]).unwrap().grpc_token.as_deref(), Some("t2"));
     assert_eq!(parse(&[]).unwrap().grpc_token, None);
+}
+
+#[test]
+fn stomp_tls_needs_cert_and_key_and_its_address_follows_the_stomp_conventions() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let d = parse(&[]).unwrap();
+    assert_eq!((d.stomp_tls.as_ref(), d.stomp_tls_addr), (None, Some("0.0.0.0:61614".parse().unwrap())));
+    assert_eq!(d.stomp_tls_listener(), None, "no certificate: no TLS listener");
+    let c = parse(&["--tls-cert", file, "--tls-key", file]).unwrap();
+    assert_eq!(c.stomp_tls, Some(StompTls { cert_file: file.into(), key_file: file.into(), client_ca_file: None }));
+    assert_eq!(c.stomp_tls_listener(), Some("0.0.0.0:61614".parse().unwrap()));
+    let m = parse(&["--tls-cert", file, "--tls-key", file, "--tls-client-ca", file]).unwrap();
+    assert_eq!(m.stomp_tls.unwrap().client_ca_file, Some(file.into()));
+    assert_eq!(err(&["--tls-cert", file], &[]), "invalid --tls-cert: needs --tls-key too");
+    assert_eq!(err(&["--tls-key", file], &[]), "invalid --tls-key: needs --tls-cert too");
+    assert_eq!(err(&["--tls-client-ca", file], &[]), "invalid --tls-client-ca: needs --tls-cert and --tls-key too");
+    assert_eq!(err(&["--tls-cert", "/nonexistent.pem", "--tls-key", file], &[]), "invalid --tls-cert: /nonexistent.pem is not a readable file");
+    // Address: flag > env port (host from the file) > file > default; `off` switches it off.
+    let tls = ["--tls-cert", file, "--tls-key", file];
+    fn with<'a>(tls: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        [tls, extra].concat()
+    }
+    assert_eq!(parse(&with(&tls, &["--stomp-tls-addr", "127.0.0.1:7010"])).unwrap().stomp_tls_listener(), Some("127.0.0.1:7010".parse().unwrap()));
+    assert_eq!(parse(&with(&tls, &["--stomp-tls-addr", "off"])).unwrap().stomp_tls_listener(), None);
+    assert_eq!(parse_env(&tls, &[("CONNECTORS_STOMP_TLS_PORT", "7011")]).unwrap().stomp_tls_addr, Some("0.0.0.0:7011".parse().unwrap()));
+    let f = TempToml::new("stomp_tls_addr = \"127.0.0.2:7012\"\n");
+    assert_eq!(parse_env(&["--config", f.path()], &[("CONNECTORS_STOMP_TLS_PORT", "7013")]).unwrap().stomp_tls_addr, Some("127.0.0.2:7013".parse().unwrap()));
+    assert_eq!(parse(&["--config", f.path()]).unwrap().stomp_tls_addr, Some("127.0.0.2:7012".parse().unwrap()));
+    assert_eq!(
+        parse_env(&["--stomp-tls-addr", "127.0.0.1:7014"], &[("CONNECTORS_STOMP_TLS_PORT", "7013")]).unwrap().stomp_tls_addr,
+        Some("127.0.0.1:7014".parse().unwrap())
+    );
+    assert!(err(&["--stomp-tls-addr", "nowhere"], &[]).starts_with("invalid --stomp-tls-addr: "));
+}
+
+#[test]
+fn plain_stomp_can_be_switched_off() {
+    assert!(parse(&[]).unwrap().stomp_plain);
+    let c = parse(&["--stomp-addr", "off"]).unwrap();
+    assert!(!c.stomp_plain);
+    let f = TempToml::new("stomp_addr = \"off\"\n");
+    assert!(!parse(&["--config", f.path()]).unwrap().stomp_plain);
 }
 
 #[test]

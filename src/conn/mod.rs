@@ -261,12 +261,16 @@ impl Endpoint for Conn {
     }
 }
 
-/// Serves one accepted connection until it closes.
-pub async fn serve(core: Rc<Core>, stream: glommio::net::TcpStream) {
-    let _ = stream.set_nodelay(true);
+/// Serves one accepted connection until it closes. `identity` is what the transport proved
+/// about the client (a mutual-TLS certificate's CN), handed to the session as its transport
+/// identity.
+pub async fn serve(core: Rc<Core>, stream: stream::Stream, identity: Option<Bytes>) {
     let (mut rd, mut wr, fd) = stream::split(stream);
     let id = core.new_conn_id();
-    let session = Session::new(Arc::clone(&core.cfg), Bytes::from(format!("stompgate-{}-{}", core.id, id.0)));
+    let mut session = Session::new(Arc::clone(&core.cfg), Bytes::from(format!("stompgate-{}-{}", core.id, id.0)));
+    if let Some(identity) = identity {
+        session.set_transport_identity(identity);
+    }
     let conn = Rc::new(Conn::new(id, fd, session));
     core.attach(id, Rc::clone(&conn) as Rc<dyn Endpoint>);
     Metrics::add(&core.metrics.connections_accepted, 1);

@@ -3,6 +3,11 @@
 //! may be pending at once; each `poll_*` borrows the stream only for the duration of the poll
 //! (never across an `.await`), so the `RefCell` never conflicts. This avoids the `Mutex` that
 //! `futures_lite::io::split` would put on every read and write.
+//!
+//! The stream is plain TCP or TLS over TCP ([`Stream`]): an enum, so the plain path pays one
+//! branch per poll and no virtual call or allocation. A TLS read may need to write (and a
+//! write to read) inside rustls; both go through the same `TlsStream`, borrowed one poll at a
+//! time like the plain stream.
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use std::cell::RefCell;
@@ -12,11 +17,37 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-pub struct ReadHalf(Rc<RefCell<TcpStream>>);
-pub struct WriteHalf(Rc<RefCell<TcpStream>>);
+/// One accepted client connection: plain TCP, or TLS after a completed handshake.
+pub enum Stream {
+    Plain(TcpStream),
+    /// Boxed: a TLS session is some kilobytes, the plain variant a few words.
+    Tls(Box<futures_rustls::server::TlsStream<TcpStream>>),
+}
 
-pub fn split(stream: TcpStream) -> (ReadHalf, WriteHalf, RawFd) {
-    let fd = stream.as_raw_fd();
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
+/// Dispatches one poll to the stream's variant.
+macro_rules! poll_either {
+    ($stream:expr, $s:ident => $poll:expr) => {
+        match &mut *$stream {
+            Stream::Plain($s) => $poll,
+            Stream::Tls($s) => $poll,
+        }
+    };
+}
+
+pub struct ReadHalf(Rc<RefCell<Stream>>);
+pub struct WriteHalf(Rc<RefCell<Stream>>);
+
+pub fn split(stream: Stream) -> (ReadHalf, WriteHalf, RawFd) {
+    let fd = stream.tcp().as_raw_fd();
     let s = Rc::new(RefCell::new(stream));
     (ReadHalf(Rc::clone(&s)), WriteHalf(s), fd)
 }
@@ -24,22 +55,39 @@ pub fn split(stream: TcpStream) -> (ReadHalf, WriteHalf, RawFd) {
 impl AsyncRead for ReadHalf {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         let mut s = self.0.borrow_mut();
-        Pin::new(&mut *s).poll_read(cx, buf)
+        poll_either!(s, s => Pin::new(s).poll_read(cx, buf))
     }
 }
 
 impl AsyncWrite for WriteHalf {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let mut s = self.0.borrow_mut();
-        Pin::new(&mut *s).poll_write(cx, buf)
+        poll_either!(s, s => Pin::new(s).poll_write(cx, buf))
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut s = self.0.borrow_mut();
-        Pin::new(&mut *s).poll_flush(cx)
+        poll_either!(s, s => Pin::new(s).poll_flush(cx))
     }
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut s = self.0.borrow_mut();
-        Pin::new(&mut *s).poll_close(cx)
+        poll_either!(s, s => Pin::new(s).poll_close(cx))
+    }
+}
+
+impl WriteHalf {
+    /// TLS: sends close_notify (best effort: a peer that is not reading does not hold the
+    /// close up for long, the record is tiny). Plain: nothing.
+    pub async fn close_notify(&mut self) {
+        {
+            let mut s = self.0.borrow_mut();
+            let Stream::Tls(tls) = &mut *s else { return };
+            tls.get_mut().1.send_close_notify();
+        }
+        let _ = futures_lite::future::or(futures_lite::AsyncWriteExt::flush(self), async {
+            glommio::timer::sleep(std::time::Duration::from_millis(100)).await;
+            Ok(())
+        })
+        .await;
     }
 }
 

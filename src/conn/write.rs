@@ -82,7 +82,9 @@ pub async fn write_loop(core: &Rc<Core>, conn: &Rc<Conn>, wr: &mut super::stream
         if conn.state.get() == State::Draining && conn.wq.borrow().buf.is_empty() {
             // Everything (ERROR or the DISCONNECT receipt) is written: shut both directions
             // down, which also ends the reader if the client keeps its side open (one
-            // syscall; a write-side close before it would be a second).
+            // syscall; a write-side close before it would be a second). A TLS client first
+            // gets close_notify, so it can tell our close from a truncation.
+            wr.close_notify().await;
             super::stream::shutdown_both(conn.fd);
             return true;
         }
@@ -110,6 +112,17 @@ async fn write_tracking_blocked(conn: &Conn, wr: &mut super::stream::WriteHalf, 
         pos += n;
         conn.wq.borrow_mut().in_flight = buf.len() - pos;
     }
+    // TLS holds written records in rustls until flushed; plain TCP has nothing to flush and
+    // answers at once.
+    std::future::poll_fn(|cx| match std::pin::Pin::new(&mut *wr).poll_flush(cx) {
+        std::task::Poll::Pending => {
+            conn.write_blocked.set(true);
+            std::task::Poll::Pending
+        }
+        ready => ready,
+    })
+    .await?;
+    conn.write_blocked.set(false);
     Ok(())
 }
 

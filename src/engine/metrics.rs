@@ -37,6 +37,8 @@ pub struct Metrics {
     pub mesh_events_dropped: Cell<u64>,
     /// Headers dropped on egress as unrepresentable in the negotiated version (seed 000).
     pub headers_dropped: Cell<u64>,
+    /// TLS handshakes that failed or missed their deadline (each closed that connection only).
+    pub tls_handshakes_failed: Cell<u64>,
 }
 
 impl Metrics {

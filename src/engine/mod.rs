@@ -320,6 +320,7 @@ impl Core {
         if let Backend::Embedded(shard) = &self.backend {
             t.queue_sends_refused.absolute(shard.borrow().queues.refused_total());
         }
+        t.tls_handshakes_failed.absolute(m.tls_handshakes_failed.get());
     }
 
     /// A parked delivery that carried `ticket` was written or dropped: the publisher's core

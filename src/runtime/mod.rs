@@ -1,6 +1,12 @@
 //! The thread-per-core runtime: one pinned glommio executor per chosen CPU, each with its own
-//! SO_REUSEPORT listener on the STOMP address, its connections and its array shard; the cores
-//! talk through glommio's channel mesh.
+//! SO_REUSEPORT listeners on the STOMP addresses (plain and TLS), its connections and its array
+//! shard; the cores talk through glommio's channel mesh.
+//!
+//! SO_REUSEPORT would just as gladly share a port with another process (a second gateway with
+//! its own array, taking half the new connections), so before the cores bind, each fixed port
+//! is probed with a bind that does not use it ([`probe_exclusive`]): a port another process
+//! listens on is that listener's bind failure. Availability first (seed 003): the gateway runs
+//! on with the listeners it has, and fails to start only when no STOMP listener is left.
 //!
 //! Why glommio's mesh for the cores: it is a full mesh of bounded single-producer /
 //! single-consumer rings (lock-free), and a receiver parked in its executor is woken through
@@ -8,6 +14,7 @@
 //! a blocking receive or polling on the executor thread.
 
 mod accept;
+mod listeners;
 
 use crate::config::Config;
 use crate::conn;
@@ -31,7 +38,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// A running gateway.
 pub struct Server {
+    /// The plain listener's address (the configured one when it is off or could not bind).
     stomp_addr: SocketAddr,
+    stomp_plain_addr: Option<SocketAddr>,
+    stomp_tls_addr: Option<SocketAddr>,
+    tls: Option<Arc<crate::tls::Tls>>,
     shared: Arc<Shared>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
     array: ArrayHandle,
@@ -43,6 +54,10 @@ pub enum StartError {
     NoIoUring(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot serve STOMP over TLS on {addr}: {reason}")]
+    Tls { addr: SocketAddr, reason: String },
+    #[error("no STOMP listener: --stomp-addr is off and no TLS listener is configured (--tls-cert, --tls-key)")]
+    NoListener,
     #[error("cannot start core on CPU {cpu}: {reason}")]
     Executor { cpu: usize, reason: String },
 }
@@ -53,7 +68,10 @@ impl Server {
     pub fn start(cfg: Config) -> Result<Server, StartError> {
         check_io_uring()?;
         let cfg = Arc::new(cfg);
-        let (stomp_addr, reservation) = reserve_addr(cfg.stomp_addr)?;
+        let plan = listeners::plan(&cfg)?;
+        let (stomp_plain_addr, stomp_tls_addr, tls) = (plan.plain_addr(), plan.tls_addr(), plan.tls.clone());
+        let stomp_addr = stomp_plain_addr.unwrap_or(cfg.stomp_addr);
+        let specs = Arc::new(plan.specs.clone());
         let shared = Arc::new(Shared::default());
         let cores = cfg.cpus.len();
         let mesh = MeshBuilder::<CoreMsg, _>::full(cores, cfg.mesh_ring);
@@ -66,12 +84,12 @@ impl Server {
         let array = ArrayHandle::new(foreign_txs);
         for &cpu in cfg.cpus.iter() {
             let (cfg, shared, mesh, ready_tx) = (Arc::clone(&cfg), Arc::clone(&shared), mesh.clone(), ready_tx.clone());
-            let (foreign_rxs, array) = (Arc::clone(&foreign_rxs), array.clone());
+            let (foreign_rxs, array, specs) = (Arc::clone(&foreign_rxs), array.clone(), Arc::clone(&specs));
             let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
                 .name(&format!("stompgate-core-{cpu}"))
                 // No file I/O here: keep the registered (locked) I/O memory small.
                 .io_memory(256 * 1024)
-                .spawn(move || async move { run_core(cfg, cpu, shared, mesh, foreign_rxs, array, stomp_addr, ready_tx).await })
+                .spawn(move || async move { run_core(cfg, cpu, shared, mesh, foreign_rxs, array, specs, ready_tx).await })
                 .map_err(|e| StartError::Executor { cpu, reason: e.to_string() })?;
             threads.push(handle);
         }
@@ -86,8 +104,8 @@ impl Server {
                 Err(_) => break,
             }
         }
-        drop(reservation);
-        let server = Server { stomp_addr, shared, threads, array };
+        drop(plan);
+        let server = Server { stomp_addr, stomp_plain_addr, stomp_tls_addr, tls, shared, threads, array };
         if let Some(e) = first_err {
             server.shutdown();
             return Err(e);
@@ -97,6 +115,29 @@ impl Server {
 
     pub fn stomp_addr(&self) -> SocketAddr {
         self.stomp_addr
+    }
+
+    /// The plain STOMP listener's address, if it is bound.
+    pub fn stomp_plain_addr(&self) -> Option<SocketAddr> {
+        self.stomp_plain_addr
+    }
+
+    /// The STOMP TLS listener's address, if it is bound.
+    pub fn stomp_tls_addr(&self) -> Option<SocketAddr> {
+        self.stomp_tls_addr
+    }
+
+    /// Re-reads the TLS certificate, key and client CA (SIGHUP); new connections use them.
+    /// Does nothing without a TLS listener.
+    pub fn reload_tls(&self) {
+        if let Some(tls) = &self.tls {
+            tls.reload();
+        }
+    }
+
+    /// The TLS configuration handle, for a signal thread to reload.
+    pub fn tls(&self) -> Option<Arc<crate::tls::Tls>> {
+        self.tls.clone()
     }
 
     /// The array API for callers outside the cores (gRPC server, tests).
@@ -167,21 +208,8 @@ fn parse_kernel_release(release: &str) -> Option<(u32, u32)> {
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
-/// Resolves port 0 to a concrete free port before the cores bind: each core binds its own
-/// SO_REUSEPORT listener, and they must all share one port. The returned socket (bound, not
-/// listening, SO_REUSEPORT) holds the port until every core has bound it.
-fn reserve_addr(addr: SocketAddr) -> Result<(SocketAddr, Option<std::net::TcpListener>), StartError> {
-    if addr.port() != 0 {
-        return Ok((addr, None));
-    }
-    let bind_err = |source| StartError::Bind { addr, source };
-    let sock = std::net::TcpListener::from(bound_reuseport_socket(addr).map_err(bind_err)?);
-    let bound = sock.local_addr().map_err(bind_err)?;
-    Ok((bound, Some(sock)))
-}
-
 /// A TCP socket with SO_REUSEPORT, bound to `addr` (not listening yet).
-fn bound_reuseport_socket(addr: SocketAddr) -> std::io::Result<std::os::fd::OwnedFd> {
+pub(super) fn bound_reuseport_socket(addr: SocketAddr) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     let fd = unsafe {
         // SAFETY: plain socket(2); the descriptor is owned by the OwnedFd below.
@@ -222,7 +250,7 @@ fn listen_on(addr: SocketAddr) -> std::io::Result<(glommio::net::TcpListener, st
     Ok((unsafe { glommio::net::TcpListener::from_raw_fd(fd) }, fd))
 }
 
-fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+pub(super) fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     match addr {
@@ -260,7 +288,7 @@ async fn run_core(
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     foreign_rxs: Arc<std::sync::Mutex<Vec<Option<flume::Receiver<CoreMsg>>>>>,
     array: ArrayHandle,
-    addr: SocketAddr,
+    specs: Arc<Vec<listeners::Spec>>,
     ready: std::sync::mpsc::Sender<Result<(), StartError>>,
 ) {
     let cores = cfg.cpus.len();
@@ -287,13 +315,16 @@ async fn run_core(
         }
     };
     let id = CoreId(senders.peer_id());
-    let (listener, listener_fd) = match listen_on(addr) {
-        Ok(l) => l,
-        Err(source) => {
-            let _ = ready.send(Err(StartError::Bind { addr, source }));
-            return;
+    let mut bound = Vec::with_capacity(specs.len());
+    for spec in specs.iter() {
+        match listen_on(spec.addr) {
+            Ok((listener, fd)) => bound.push((spec.clone(), listener, fd)),
+            Err(source) => {
+                let _ = ready.send(Err(StartError::Bind { addr: spec.addr, source }));
+                return;
+            }
         }
-    };
+    }
     // Remote array: this core's egress thread, answering through the core's array channel.
     let egress = match &cfg.array {
         crate::config::ArrayMode::Embedded => None,
@@ -307,7 +338,7 @@ async fn run_core(
     };
     let core = Core::new(id, cores, cfg, Arc::clone(&shared), senders, egress);
     let _ = ready.send(Ok(()));
-    tracing::debug!(core = %id, %addr, "core listening");
+    tracing::debug!(core = %id, listeners = ?specs.iter().map(|s| s.addr).collect::<Vec<_>>(), "core listening");
 
     // One task per peer ring: handle each message, then whatever it queued locally.
     for (_, rx) in receivers.streams() {
@@ -355,8 +386,19 @@ async fn run_core(
         })
     };
 
-    // Accept until shutdown.
-    let mut guard = accept::AcceptGuard::new(id);
+    // Accept until shutdown, one task per listener.
+    let accepting: Vec<_> = bound.into_iter().map(|(spec, listener, fd)| glommio::spawn_local(accept_loop(Rc::clone(&core), listener, fd, spec.tls))).collect();
+    for task in accepting {
+        task.await;
+    }
+    ticker.await;
+    shutdown_connections(&core).await;
+}
+
+/// Accepts on one listener until shutdown: plain connections are served at once, TLS ones
+/// after their handshake ([`serve_tls`]), each on its own task on this core.
+async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listener_fd: std::os::fd::RawFd, tls: Option<Arc<crate::tls::Tls>>) {
+    let mut guard = accept::AcceptGuard::new(core.id);
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             core.stopping.wait().await;
@@ -367,7 +409,11 @@ async fn run_core(
             None => break,
             Some(Ok(stream)) => {
                 guard.accepted();
-                glommio::spawn_local(conn::serve(Rc::clone(&core), stream)).detach();
+                let _ = stream.set_nodelay(true);
+                match &tls {
+                    None => glommio::spawn_local(conn::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream), None)).detach(),
+                    Some(tls) => glommio::spawn_local(serve_tls(Rc::clone(&core), stream, Arc::clone(tls))).detach(),
+                };
             }
             Some(Err(e)) => match guard.failed(listener_fd, std::io::Error::from(e)) {
                 accept::Next::Retry => {}
@@ -375,9 +421,33 @@ async fn run_core(
             },
         }
     }
-    drop(listener);
-    ticker.await;
-    shutdown_connections(&core).await;
+}
+
+/// The TLS handshake, on this core's executor, within `--connect-timeout-s` (the same clock a
+/// client has to send CONNECT: a handshake is the first thing a slow or silent client can
+/// stall). A failed or late handshake closes this connection only, and is counted.
+async fn serve_tls(core: Rc<Core>, tcp: glommio::net::TcpStream, tls: Arc<crate::tls::Tls>) {
+    let deadline = Duration::from_secs(core.cfg.connect_timeout_s);
+    let handshake = tls.acceptor().accept(tcp);
+    let outcome = futures_lite::future::or(async { Some(handshake.await) }, async {
+        glommio::timer::sleep(deadline).await;
+        None
+    })
+    .await;
+    match outcome {
+        Some(Ok(stream)) => {
+            let identity = crate::tls::peer_identity(stream.get_ref().1);
+            conn::serve(core, conn::stream::Stream::Tls(Box::new(stream)), identity).await;
+        }
+        Some(Err(error)) => {
+            crate::engine::metrics::Metrics::add(&core.metrics.tls_handshakes_failed, 1);
+            tracing::debug!(core = %core.id, %error, "TLS handshake failed; connection closed");
+        }
+        None => {
+            crate::engine::metrics::Metrics::add(&core.metrics.tls_handshakes_failed, 1);
+            tracing::debug!(core = %core.id, "TLS handshake not completed within --connect-timeout-s; connection closed");
+        }
+    }
 }
 
 /// Graceful stop: every connection gets `ERROR server shutting down` and is closed; closing

@@ -100,6 +100,10 @@ pub struct Session {
     /// `stompgate-<core>-<conn>`: the CONNECTED `session` header, and the client id without `login`.
     session_id: Bytes,
     client_id: Bytes,
+    /// Who the transport proved the client to be (a mutual-TLS certificate's CN), if anyone:
+    /// the client id then, before `login`. A credential checked at CONNECT (JWT) is to take
+    /// precedence over it.
+    transport_identity: Option<Bytes>,
     pub subs: Subscriptions,
     /// Open transactions and the frames they hold.
     txs: AHashMap<Bytes, Vec<Frame>>,
@@ -129,6 +133,7 @@ impl Session {
             state: State::AwaitingConnect,
             version: Version::V1_0,
             client_id: session_id.clone(),
+            transport_identity: None,
             session_id,
             subs: Subscriptions::default(),
             txs: AHashMap::new(),
@@ -136,6 +141,12 @@ impl Session {
             pending_settle: None,
             rpc_pending: 0,
         }
+    }
+
+    /// Sets the identity the transport established (before any frame is handled); see
+    /// `transport_identity`.
+    pub fn set_transport_identity(&mut self, identity: Bytes) {
+        self.transport_identity = Some(identity);
     }
 
     pub fn state(&self) -> State {
@@ -288,7 +299,9 @@ impl Session {
         };
         self.version = version;
         self.state = State::Connected;
-        if let Some(login) = h.get(b"login").filter(|l| !l.is_empty()) {
+        if let Some(identity) = &self.transport_identity {
+            self.client_id = identity.clone();
+        } else if let Some(login) = h.get(b"login").filter(|l| !l.is_empty()) {
             self.client_id = login.clone();
         }
         out.push(Action::Connected { version, heart_beat: negotiate_heart_beat(client_hb, advertised), advertised, session: self.session_id.clone() });
