@@ -31,7 +31,7 @@ fn main() {
     };
     let grpc_addr = if remote.is_some() { None } else { grpc_addr };
     let grpc_security = match stompgate::grpc::Security::from_config(cfg.grpc_tls.as_ref(), cfg.grpc_token.as_deref()) {
-        Ok(s) => s,
+        Ok(s) => stompgate::grpc::Security { auth: cfg.auth.clone(), ..s },
         Err(e) => {
             eprintln!("stompgate: {e}");
             std::process::exit(1);
@@ -45,6 +45,7 @@ fn main() {
         }
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
     }
+    let auth = cfg.auth.clone();
     let server = match Server::start(cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -53,6 +54,7 @@ fn main() {
         }
     };
     let shared = server.shutdown_flag();
+    reload_on_sighup(&auth);
     // The handler only stores to an atomic flag, which each core's housekeeping tick reads.
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if let Err(e) = signal_hook::flag::register(sig, shared.shutdown_flag()) {
@@ -81,6 +83,32 @@ fn main() {
         g.shutdown();
     }
     tracing::info!("stompgate stopped");
+}
+
+/// SIGHUP re-reads the `--authz-file` rules (a bad file is logged and the old rules stay), on
+/// a thread of its own: the handler itself only wakes it. Installed even without rules, so
+/// that a SIGHUP never kills the gateway (its default action).
+fn reload_on_sighup(auth: &stompgate::auth::Auth) {
+    let mut signals = match signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP]) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install the SIGHUP handler; reloading is off");
+            return;
+        }
+    };
+    let authz = auth.authz.clone();
+    let spawned = std::thread::Builder::new().name("stompgate-sighup".into()).spawn(move || {
+        for _ in signals.forever() {
+            match &authz {
+                // `reload` logs the outcome either way.
+                Some(a) => drop(a.reload()),
+                None => tracing::info!("SIGHUP: nothing to reload"),
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the SIGHUP thread; reloading is off");
+    }
 }
 
 /// Every connection is a descriptor: lift the soft RLIMIT_NOFILE to the hard limit, as servers
