@@ -25,6 +25,8 @@
 //! `access denied` + close.
 //!
 //! Every error becomes a `WireError` (the closed vocabulary) through [`Session::fail`].
+#[cfg(test)]
+mod auth_tests;
 pub mod authz;
 pub mod message_id;
 pub mod receipts;
