@@ -107,7 +107,7 @@ fn queue_round_trip(pair: &Pair, n: usize) {
 fn a_gateway_reaches_a_tls_array_that_requires_a_token() {
     let (ca_file, cert, key) = test_pki();
     let security = Security { tls: Some(tonic::transport::Identity::from_pem(cert, key)), token: Some("s3cret".into()), ..Default::default() };
-    let remote = RemoteArray { authority: String::new(), tls: true, ca_file: Some(ca_file.clone()), token: Some("s3cret".into()), ..Default::default() };
+    let remote = RemoteArray { authority: String::new(), tls: true, ca_file: Some(ca_file.clone()), token: Some("s3cret".into()) };
     // The certificate names `localhost`, so B must dial that name, not the IP.
     let pair = Pair::start(security, remote, |a| format!("localhost:{}", a.port()));
     queue_round_trip(&pair, 5);
