@@ -300,3 +300,46 @@ fn a_burst_of_bad_tokens_does_not_starve_valid_logins() {
     assert!(rounds >= 1);
     assert!(bad > 0);
 }
+
+/// The gRPC API takes the same JWT as `authorization` metadata and applies the same rules:
+/// UNAUTHENTICATED without a valid token, PERMISSION_DENIED outside the rules.
+#[test]
+fn grpc_calls_take_the_same_jwt_and_rules() {
+    use common::grpc::pb;
+    use stompgate::wire::pb::kubemq_client::KubemqClient;
+    let key = TempFile::new("grpc", SECRET);
+    let rules = TempFile::new("grpc-rules", RULES.as_bytes());
+    let server = server_with(Some((&key, JwtAlg::HS256)), Some(&rules));
+    let auth = Auth { jwt: Some(Arc::new(JwtVerifier::load(&key.0, JwtAlg::HS256).unwrap())), authz: Some(Arc::new(Authz::load(&rules.0).unwrap())) };
+    let security = stompgate::grpc::Security { auth, ..Default::default() };
+    let grpc = stompgate::grpc::start_secured("127.0.0.1:0".parse().unwrap(), 1, server.array(), stompgate::grpc::Limits::default(), security).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", grpc.local_addr())).unwrap().connect().await.unwrap();
+        let mut client = KubemqClient::new(channel);
+        let call = |token: Option<String>, ch: String| {
+            let mut req = tonic::Request::new(pb::QueueMessage { channel: ch, client_id: "declared".into(), body: b"x".to_vec(), ..Default::default() });
+            if let Some(t) = token {
+                req.metadata_mut().insert("authorization", t.parse().unwrap());
+            }
+            req
+        };
+        let alice = hs256(serde_json::json!({"ClientID": "alice", "exp": now() + 600}));
+        let ok = format!("auth-ok.{}", unique("g"));
+        let res = client.send_queue_message(call(Some(alice.clone()), ok.clone())).await.expect("allowed");
+        assert!(!res.get_ref().is_error, "{res:?}");
+        let res = client.send_queue_message(call(Some(format!("Bearer {alice}")), ok.clone())).await.expect("Bearer prefix");
+        assert!(!res.get_ref().is_error, "{res:?}");
+        let denied = client.send_queue_message(call(Some(alice.clone()), unique("other"))).await.unwrap_err();
+        assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
+        assert_eq!(denied.message(), "access denied");
+        let bob = hs256(serde_json::json!({"ClientID": "bob", "exp": now() + 600}));
+        assert_eq!(client.send_queue_message(call(Some(bob), ok.clone())).await.unwrap_err().code(), tonic::Code::PermissionDenied);
+        for bad in [None, Some("garbage".to_string()), Some(hs256(serde_json::json!({"sub": "alice", "exp": now() - 3600})))] {
+            let refused = client.send_queue_message(call(bad.clone(), ok.clone())).await.unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{bad:?}: {refused:?}");
+            assert_eq!(refused.message(), "access denied");
+        }
+    });
+    grpc.shutdown();
+}
