@@ -22,7 +22,7 @@ from gateway_proc import HOST, REPO, Gateway, _accepts_tcp, free_port, gateway_b
 from grpckit import bounded, sdk_config
 from stompkit import uniq
 
-SECRET = b"interop-jwt-secret"
+SECRET = b"interop-jwt-secret-at-least-32-bytes-long"
 
 
 def _token(key: bytes = SECRET, **claims) -> str:
@@ -107,7 +107,7 @@ def test_stomp_py_with_a_pyjwt_token_is_accepted_and_round_trips(gateway):
 @pytest.mark.parametrize("case", ["wrong-secret", "expired", "nbf-future", "garbage", "missing"])
 def test_stomp_py_with_a_bad_token_gets_access_denied_and_is_closed(gateway, case):
     passcode = {
-        "wrong-secret": _token(b"not the secret", sub="x"),
+        "wrong-secret": _token(b"not-the-secret-but-also-32-bytes-long", sub="x"),
         "expired": _token(sub="x", exp=int(time.time()) - 3600),
         "nbf-future": _token(sub="x", nbf=int(time.time()) + 3600),
         "garbage": "garbage",
@@ -143,7 +143,7 @@ def test_kubemq_sdk_with_the_same_jwt_on_grpc(gateway):
         assert [m.body for m in got.messages] == [b"from sdk"]
     finally:
         good.close()
-    for bad in [_token(b"not the secret", sub="x"), "garbage"]:
+    for bad in [_token(b"not-the-secret-but-also-32-bytes-long", sub="x"), "garbage"]:
         q = _queues(gateway.grpc_port, bad)
         try:
             with pytest.raises(grpc.RpcError) as refused:
