@@ -10,6 +10,7 @@
 //! 4. I/O — [`conn`] (a STOMP connection), [`runtime`] (executors, accept), [`grpc`] (the KubeMQ
 //!    gRPC API).
 pub mod array;
+pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod delivery;

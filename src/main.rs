@@ -33,7 +33,7 @@ fn main() {
     };
     let grpc_addr = if remote.is_some() { None } else { grpc_addr };
     let grpc_security = match stompgate::grpc::Security::from_config(cfg.grpc_tls.as_ref(), cfg.grpc_token.as_deref()) {
-        Ok(s) => s,
+        Ok(s) => stompgate::grpc::Security { auth: cfg.auth.clone(), ..s },
         Err(e) => {
             eprintln!("stompgate: {e}");
             std::process::exit(1);
@@ -47,6 +47,7 @@ fn main() {
         }
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
     }
+    let auth = cfg.auth.clone();
     let server = match Server::start(cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -55,31 +56,12 @@ fn main() {
         }
     };
     let shared = server.shutdown_flag();
+    reload_on_sighup(&auth, server.tls());
     // The handler only stores to an atomic flag, which each core's housekeeping tick reads.
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if let Err(e) = signal_hook::flag::register(sig, shared.shutdown_flag()) {
             eprintln!("stompgate: cannot install signal handler: {e}");
             std::process::exit(1);
-        }
-    }
-    // SIGHUP: re-read the TLS files, on a thread of its own (the handler itself only wakes it).
-    if let Some(tls) = server.tls() {
-        match signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP]) {
-            Ok(mut signals) => {
-                let spawned = std::thread::Builder::new().name("stompgate-sighup".into()).spawn(move || {
-                    for _ in signals.forever() {
-                        tls.reload();
-                    }
-                });
-                if let Err(e) = spawned {
-                    eprintln!("stompgate: cannot start the SIGHUP thread: {e}");
-                    std::process::exit(1);
-                }
-            }
-            Err(e) => {
-                eprintln!("stompgate: cannot install the SIGHUP handler: {e}");
-                std::process::exit(1);
-            }
         }
     }
     let plain = server.stomp_plain_addr().map_or_else(|| "off".into(), |a| a.to_string());
@@ -104,6 +86,38 @@ fn main() {
         g.shutdown();
     }
     tracing::info!("stompgate stopped");
+}
+
+/// SIGHUP re-reads the `--authz-file` rules and the TLS certificate, key and client CA (a bad
+/// file is logged and the old one stays; new connections use the new ones), on a thread of
+/// its own: the handler itself only wakes it. Installed even with nothing to reload, so that
+/// a SIGHUP never kills the gateway (its default action).
+fn reload_on_sighup(auth: &stompgate::auth::Auth, tls: Option<std::sync::Arc<stompgate::tls::Tls>>) {
+    let mut signals = match signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP]) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install the SIGHUP handler; reloading is off");
+            return;
+        }
+    };
+    let authz = auth.authz.clone();
+    let spawned = std::thread::Builder::new().name("stompgate-sighup".into()).spawn(move || {
+        for _ in signals.forever() {
+            // Each `reload` logs its outcome either way.
+            if let Some(a) = &authz {
+                drop(a.reload());
+            }
+            if let Some(t) = &tls {
+                t.reload();
+            }
+            if authz.is_none() && tls.is_none() {
+                tracing::info!("SIGHUP: nothing to reload");
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the SIGHUP thread; reloading is off");
+    }
 }
 
 /// Every connection is a descriptor: lift the soft RLIMIT_NOFILE to the hard limit, as servers

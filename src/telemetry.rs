@@ -175,3 +175,14 @@ impl Drop for GaugePart {
         self.gauge.decrement(self.part);
     }
 }
+
+/// One failed authentication (`transport`: `stomp` or `grpc`). Rare by nature, so counted
+/// where it happens rather than through a core's cells.
+pub fn auth_failure(transport: &'static str) {
+    counter!("stompgate_auth_failures_total", "transport" => transport).increment(1);
+}
+
+/// One request refused by the `--authz-file` rules.
+pub fn authz_denial(transport: &'static str) {
+    counter!("stompgate_authz_denials_total", "transport" => transport).increment(1);
+}

@@ -6,6 +6,7 @@
 mod common;
 
 mod admission;
+mod auth;
 mod channel_rule_over_the_wire;
 mod codec_props;
 mod completion_cores;

@@ -106,7 +106,7 @@ fn queue_round_trip(pair: &Pair, n: usize) {
 #[test]
 fn a_gateway_reaches_a_tls_array_that_requires_a_token() {
     let (ca_file, cert, key) = test_pki();
-    let security = Security { tls: Some(tonic::transport::Identity::from_pem(cert, key)), token: Some("s3cret".into()) };
+    let security = Security { tls: Some(tonic::transport::Identity::from_pem(cert, key)), token: Some("s3cret".into()), ..Default::default() };
     let remote = RemoteArray { authority: String::new(), tls: true, ca_file: Some(ca_file.clone()), token: Some("s3cret".into()) };
     // The certificate names `localhost`, so B must dial that name, not the IP.
     let pair = Pair::start(security, remote, |a| format!("localhost:{}", a.port()));
@@ -147,7 +147,7 @@ fn a_gateway_reaches_a_tls_array_that_requires_a_token() {
 
 #[test]
 fn a_refused_token_fails_confirmed_work_at_once_instead_of_hanging() {
-    let security = Security { tls: None, token: Some("right".into()) };
+    let security = Security { tls: None, token: Some("right".into()), ..Default::default() };
     let remote = RemoteArray { token: Some("wrong".into()), ..plain("") };
     let pair = Pair::start(security, remote, |a| a.to_string());
     let started = Instant::now();

@@ -169,6 +169,29 @@ pub(super) struct Cli {
     #[arg(long, value_name = "TOKEN")]
     pub(super) grpc_token: Option<String>,
 
+    /// JWT authentication: the HMAC secret (HS*; the file's bytes, one trailing newline
+    /// dropped) or PEM public key (RS*, ES*) that signs client tokens. With it, a STOMP
+    /// CONNECT must carry a valid token in `passcode` and every gRPC call one as
+    /// `authorization` metadata (this replaces --grpc-token, which cannot be set with it);
+    /// others get ERROR "access denied" / UNAUTHENTICATED. Default: off. Env
+    /// STOMPGATE_AUTH_JWT_KEY. TOML key: auth_jwt_key.
+    #[arg(long, value_name = "FILE")]
+    pub(super) auth_jwt_key: Option<String>,
+
+    /// The one algorithm tokens must be signed with: HS256, HS384, HS512, RS256, RS384, RS512,
+    /// ES256 or ES384 (KubeMQ's names). Default HS256. Needs --auth-jwt-key. Env
+    /// STOMPGATE_AUTH_JWT_ALG. TOML key: auth_jwt_alg.
+    #[arg(long, value_name = "ALG")]
+    pub(super) auth_jwt_alg: Option<String>,
+
+    /// Per-channel authorization: a JSON list of KubeMQ access rules ({"ClientID": regex,
+    /// "Events"/"EventsStore"/"Queues"/"Commands"/"Queries": bool, "Channel": regex, "Read":
+    /// bool, "Write": bool}); with it, only what a rule allows is (SUBSCRIBE = Read, SEND =
+    /// Write), on STOMP and gRPC. Re-read on SIGHUP (a bad file keeps the old rules). Default:
+    /// off. Env STOMPGATE_AUTHZ_FILE. TOML key: authz_file.
+    #[arg(long, value_name = "FILE")]
+    pub(super) authz_file: Option<String>,
+
     /// Where the array lives: `embedded` (in this process, the default) or a remote KubeMQ
     /// array, `grpc://HOST:PORT` or `grpcs://HOST:PORT` (TLS). In remote mode each core keeps
     /// its own gRPC connection on a dedicated egress thread and the gateway holds no channel
@@ -236,6 +259,9 @@ mod tests {
             env::PARTIAL_FRAMES_BUDGET,
             env::QUEUE_MAX_MESSAGES,
             env::QUEUE_MAX_BYTES,
+            env::AUTH_JWT_KEY,
+            env::AUTH_JWT_ALG,
+            env::AUTHZ_FILE,
         ] {
             assert!(help.contains(name), "help lacks {name}");
         }

@@ -78,6 +78,9 @@ pub struct Config {
     pub grpc_tls: Option<ServerTls>,
     /// A token every gRPC call must carry as `authorization` metadata (`None`: no check).
     pub grpc_token: Option<String>,
+    /// JWT authentication (`--auth-jwt-key`, `--auth-jwt-alg`) and per-channel authorization
+    /// (`--authz-file`), loaded and checked at start-up; off by default.
+    pub auth: crate::auth::Auth,
     /// Where the array lives: in this process (default) or a remote KubeMQ array.
     pub array: ArrayMode,
     /// Prometheus metrics listener (`None` = off, the default).
@@ -166,6 +169,7 @@ impl Default for Config {
             grpc_threads: 1,
             grpc_tls: None,
             grpc_token: None,
+            auth: crate::auth::Auth::default(),
             array: ArrayMode::Embedded,
             metrics_addr: None,
             mesh_ring: 8192,

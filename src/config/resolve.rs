@@ -76,6 +76,7 @@ impl Config {
                 Some((raw, source)) => Some(text(&raw, source)?.to_string()),
                 None => None,
             },
+            auth: Self::resolve_auth(&src)?,
             array: Self::resolve_array(&src)?,
             metrics_addr: match src.pick("metrics-addr", &cli.metrics_addr, None, "metrics_addr") {
                 None => None,
@@ -132,6 +133,42 @@ impl Config {
             return Err(format!("invalid {source}: {path} is not a readable file"));
         }
         Ok(Some((path.into(), source.to_string())))
+    }
+
+    /// `--auth-jwt-key` with `--auth-jwt-alg`, and `--authz-file`: the files are read and
+    /// checked now, so a bad key or rule file stops start-up with its reason.
+    fn resolve_auth<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>) -> Result<crate::auth::Auth, String> {
+        use crate::auth::{Auth, Authz, JwtAlg, JwtVerifier};
+        use std::sync::Arc;
+        let cli = src.cli;
+        let alg = match src.pick("auth-jwt-alg", &cli.auth_jwt_alg, Some(env::AUTH_JWT_ALG), "auth_jwt_alg") {
+            None => None,
+            Some((raw, source)) => {
+                let s = text(&raw, source)?;
+                Some((JwtAlg::parse(s).ok_or_else(|| invalid(source, format!("{s:?} is not one of {}", JwtAlg::NAMES)))?, source.to_string()))
+            }
+        };
+        let jwt = match src.pick("auth-jwt-key", &cli.auth_jwt_key, Some(env::AUTH_JWT_KEY), "auth_jwt_key") {
+            None => {
+                if let Some((_, s)) = alg {
+                    return Err(format!("invalid {s}: needs --auth-jwt-key"));
+                }
+                None
+            }
+            Some((raw, source)) => {
+                let path = text(&raw, source)?;
+                let alg = alg.map_or(JwtAlg::HS256, |(a, _)| a);
+                if let Some((_, token_source)) = src.pick("grpc-token", &cli.grpc_token, Some(env::GRPC_TOKEN), "grpc_token") {
+                    return Err(format!("invalid {token_source}: a JWT key ({source}) replaces the static gRPC token; set only one"));
+                }
+                Some(Arc::new(JwtVerifier::load(Path::new(path), alg).map_err(|e| invalid(source, e))?))
+            }
+        };
+        let authz = match src.pick("authz-file", &cli.authz_file, Some(env::AUTHZ_FILE), "authz_file") {
+            None => None,
+            Some((raw, source)) => Some(Arc::new(Authz::load(Path::new(text(&raw, source)?)).map_err(|e| invalid(source, e))?)),
+        };
+        Ok(Auth { jwt, authz })
     }
 
     /// `--array` with its CA file and token. The CA file and token are errors without a remote

@@ -29,10 +29,14 @@ pub mod env {
     pub const ARRAY_TOKEN: &str = "STOMPGATE_ARRAY_TOKEN";
     /// The token the gRPC listener requires (same reason).
     pub const GRPC_TOKEN: &str = "STOMPGATE_GRPC_TOKEN";
+    /// Authentication and authorization files: no KubeMQ STOMP counterpart, our own names.
+    pub const AUTH_JWT_KEY: &str = "STOMPGATE_AUTH_JWT_KEY";
+    pub const AUTH_JWT_ALG: &str = "STOMPGATE_AUTH_JWT_ALG";
+    pub const AUTHZ_FILE: &str = "STOMPGATE_AUTHZ_FILE";
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 31] = [
+pub const TOML_KEYS: [&str; 34] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -64,6 +68,9 @@ pub const TOML_KEYS: [&str; 31] = [
     "array_ca_file",
     "array_token",
     "metrics_addr",
+    "auth_jwt_key",
+    "auth_jwt_alg",
+    "authz_file",
 ];
 
 /// Where a raw value came from; its `Display` names the setting as the user wrote it.

@@ -143,6 +143,7 @@ fn each_env_name() {
             grpc_threads: 1,
             grpc_tls: None,
             grpc_token: None,
+            auth: crate::auth::Auth::default(),
             array: ArrayMode::Embedded,
             metrics_addr: None,
             mesh_ring: 8192,
@@ -218,6 +219,7 @@ metrics_addr = "127.0.0.1:9100"
             grpc_threads: 2,
             grpc_tls: None,
             grpc_token: Some("s3cret".into()),
+            auth: crate::auth::Auth::default(),
             array: ArrayMode::Embedded,
             metrics_addr: Some("127.0.0.1:9100".parse().unwrap()),
             mesh_ring: 8192,
@@ -447,4 +449,32 @@ fn array_mode() {
     assert_eq!(parse(&["--array", "grpc://h:1", "--array-ca-file", "/etc/hostname"]).unwrap_err(), "invalid --array-ca-file: a CA file needs a grpcs:// array");
     assert!(parse(&["--grpc-threads", "0"]).unwrap_err().contains("grpc-threads"));
     assert!(parse(&["--grpc-addr", "nowhere"]).unwrap_err().contains("grpc-addr"));
+}
+
+#[test]
+fn auth_settings_are_checked_at_start_up() {
+    let secret = TempToml::new("s3cret\n");
+    let rules = TempToml::new(r#"[{"ClientID": "a.*", "Events": true, "Channel": ".*", "Read": true}]"#);
+    let c = parse(&["--auth-jwt-key", secret.path(), "--auth-jwt-alg", "HS512", "--authz-file", rules.path()]).unwrap();
+    let jwt = c.auth.jwt.as_ref().expect("jwt on");
+    assert_eq!(jwt.alg(), crate::auth::JwtAlg::HS512);
+    assert_eq!(c.auth.authz.as_ref().map(|a| a.path().to_path_buf()), Some(std::path::PathBuf::from(rules.path())));
+    let c = parse_env(&[], &[("STOMPGATE_AUTH_JWT_KEY", secret.path())]).unwrap();
+    assert_eq!(c.auth.jwt.as_ref().map(|j| j.alg()), Some(crate::auth::JwtAlg::HS256), "default alg");
+    assert!(parse(&[]).unwrap().auth.jwt.is_none());
+    for (args, says) in [
+        (vec!["--auth-jwt-key", secret.path(), "--auth-jwt-alg", "none"], "invalid --auth-jwt-alg"),
+        (vec!["--auth-jwt-alg", "HS256"], "needs --auth-jwt-key"),
+        (vec!["--auth-jwt-key", "/nonexistent/key"], "invalid --auth-jwt-key: cannot read"),
+        (vec!["--auth-jwt-key", secret.path(), "--auth-jwt-alg", "RS256"], "not a usable RS256 key"),
+        (vec!["--auth-jwt-key", secret.path(), "--grpc-token", "t"], "invalid --grpc-token: a JWT key"),
+        (vec!["--authz-file", secret.path()], "invalid --authz-file"),
+    ] {
+        let err = parse(&args).unwrap_err();
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let file = TempToml::new(&format!("auth_jwt_key = {:?}\nauth_jwt_alg = \"HS384\"\nauthz_file = {:?}\n", secret.path(), rules.path()));
+    let c = parse(&["--config", file.path()]).unwrap();
+    assert_eq!(c.auth.jwt.as_ref().map(|j| j.alg()), Some(crate::auth::JwtAlg::HS384));
+    assert!(c.auth.authz.is_some());
 }

@@ -58,10 +58,12 @@ pub struct Conn {
     actions: RefCell<Vec<Action>>,
     /// This connection's place among the connected sessions (`--max-connections`).
     slot: admission::SessionSlot,
+    /// The peer's address, for the audit log of authentication.
+    peer: Option<std::net::SocketAddr>,
 }
 
-/// The session's view of the process: this core.
-struct CoreHost<'a>(&'a Core);
+/// The session's view of the process: this core, and the peer's address (for the audit log).
+struct CoreHost<'a>(&'a Core, Option<std::net::SocketAddr>);
 
 impl Host for CoreHost<'_> {
     /// Connected sessions, counting the one whose CONNECT is being handled (its slot is taken
@@ -74,6 +76,37 @@ impl Host for CoreHost<'_> {
     }
     fn now_ns(&self) -> i64 {
         crate::model::now_unix_ns()
+    }
+    /// The JWT in `passcode`, verified here on the core (no other thread, no I/O), with one
+    /// audit line either way. `login` is only logged.
+    fn authenticate(&self, login: Option<&[u8]>, passcode: Option<&[u8]>) -> Result<Option<Bytes>, crate::auth::Denied> {
+        let Some(jwt) = &self.0.cfg.auth.jwt else { return Ok(None) };
+        let login = login.map(String::from_utf8_lossy).unwrap_or_default();
+        match passcode.map(|p| jwt.verify(p)) {
+            Some(Ok(id)) => {
+                crate::auth::audit(true, "stomp", id.as_deref().unwrap_or(&login), self.1, "");
+                Ok(id.map(Bytes::from))
+            }
+            Some(Err(reason)) => {
+                crate::auth::audit(false, "stomp", &login, self.1, &reason);
+                Err(crate::auth::Denied)
+            }
+            None => {
+                crate::auth::audit(false, "stomp", &login, self.1, "no passcode");
+                Err(crate::auth::Denied)
+            }
+        }
+    }
+    fn authz_generation(&self) -> Option<u64> {
+        self.0.cfg.auth.authz.as_ref().map(|a| a.generation())
+    }
+    fn authorize(&self, client_id: &[u8], pattern: Pattern, channel: &[u8], access: crate::auth::Access) -> bool {
+        let Some(authz) = &self.0.cfg.auth.authz else { return true };
+        let allowed = authz.allows(&String::from_utf8_lossy(client_id), pattern, &String::from_utf8_lossy(channel), access);
+        if !allowed {
+            tracing::info!(target: "stompgate::audit", event = "authz.denied", transport = "stomp", client_id = %String::from_utf8_lossy(client_id), ?pattern, channel = %String::from_utf8_lossy(channel), ?access, "access denied");
+        }
+        allowed
     }
 }
 
@@ -95,6 +128,7 @@ impl Conn {
             session: RefCell::new(session),
             actions: RefCell::new(Vec::new()),
             slot: admission::SessionSlot::default(),
+            peer: None,
         }
     }
 
@@ -116,7 +150,7 @@ impl Conn {
         if connecting {
             self.slot.take(&core.shared);
         }
-        let keep_going = self.session.borrow_mut().handle(frame, &CoreHost(core), &mut actions);
+        let keep_going = self.session.borrow_mut().handle(frame, &CoreHost(core, self.peer), &mut actions);
         if connecting && self.session.borrow().state() != crate::session::State::Connected {
             // Refused (version, limit, heart-beat header): it never was a session.
             self.slot.give_back(&core.shared);
@@ -265,13 +299,16 @@ impl Endpoint for Conn {
 /// about the client (a mutual-TLS certificate's CN), handed to the session as its transport
 /// identity.
 pub async fn serve(core: Rc<Core>, stream: stream::Stream, identity: Option<Bytes>) {
+    let peer = stream.peer_addr();
     let (mut rd, mut wr, fd) = stream::split(stream);
     let id = core.new_conn_id();
     let mut session = Session::new(Arc::clone(&core.cfg), Bytes::from(format!("stompgate-{}-{}", core.id, id.0)));
     if let Some(identity) = identity {
         session.set_transport_identity(identity);
     }
-    let conn = Rc::new(Conn::new(id, fd, session));
+    let mut conn = Conn::new(id, fd, session);
+    conn.peer = peer;
+    let conn = Rc::new(conn);
     core.attach(id, Rc::clone(&conn) as Rc<dyn Endpoint>);
     Metrics::add(&core.metrics.connections_accepted, 1);
     tracing::debug!(core = %core.id, conn = id.0, "connection accepted");

@@ -25,6 +25,11 @@ pub enum Stream {
 }
 
 impl Stream {
+    /// The client's address, for audit lines (None if the socket already failed).
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.tcp().peer_addr().ok()
+    }
+
     fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(s) => s,

@@ -12,6 +12,7 @@
 // `tonic::Status` (176 bytes) is the error type the generated service trait fixes; boxing it
 // in the helpers would only move the allocation to the error path of every handler.
 #![allow(clippy::result_large_err)]
+pub mod auth;
 pub mod bridge;
 pub mod channels;
 pub mod events;
@@ -54,11 +55,13 @@ pub fn start(addr: SocketAddr, threads: usize, array: ArrayHandle) -> std::io::R
     start_with(addr, threads, array, Limits::default())
 }
 
-/// How the listener is secured: TLS (PEM certificate chain and key) and a required token.
+/// How the listener is secured: TLS (PEM certificate chain and key), a required token, and
+/// JWT authentication with per-channel authorization ([`auth`]).
 #[derive(Clone, Default)]
 pub struct Security {
     pub tls: Option<tonic::transport::Identity>,
     pub token: Option<String>,
+    pub auth: crate::auth::Auth,
 }
 
 impl Security {
@@ -79,28 +82,8 @@ impl Security {
             }
             None => None,
         };
-        Ok(Security { tls, token: token.map(str::to_string) })
+        Ok(Security { tls, token: token.map(str::to_string), auth: crate::auth::Auth::default() })
     }
-}
-
-/// Refuses calls without the configured token (KubeMQ's `authorization` metadata, as is).
-#[derive(Clone)]
-struct RequireToken(Option<std::sync::Arc<str>>);
-
-impl tonic::service::Interceptor for RequireToken {
-    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        let Some(expected) = &self.0 else { return Ok(req) };
-        match req.metadata().get("authorization").map(|v| v.as_bytes()) {
-            Some(given) if constant_time_eq(given, expected.as_bytes()) => Ok(req),
-            Some(_) => Err(tonic::Status::unauthenticated("invalid authorization token")),
-            None => Err(tonic::Status::unauthenticated("missing authorization token")),
-        }
-    }
-}
-
-/// Compares without an early exit, so response timing does not reveal a token's prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// [`start`] with explicit limits.
@@ -174,10 +157,10 @@ async fn serve(listener: tokio::net::TcpListener, array: ArrayHandle, limits: Li
             return;
         }
     };
-    let svc = pb::kubemq_server::KubemqServer::new(service::KubemqService::new(array, limits))
+    let svc = pb::kubemq_server::KubemqServer::new(service::KubemqService::new(array, limits, security.auth.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let svc = tonic::service::interceptor::InterceptedService::new(svc, RequireToken(security.token.map(Into::into)));
+    let svc = tonic::service::interceptor::InterceptedService::new(svc, auth::Authenticate { token: security.token.map(Into::into), auth: security.auth });
     let mut builder = tonic::transport::Server::builder();
     if let Some(identity) = security.tls {
         builder = match builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity)) {

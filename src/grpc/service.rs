@@ -8,9 +8,12 @@
 //! | `SendQueueMessage`, `SendQueueMessagesBatch`, `QueuesUpstream`, `QueuesDownstream`, `ReceiveQueueMessages`, `AckAllQueueMessages` | [`super::queues`] |
 //! | `QueuesInfo` | here, from the queues' channel list |
 //! | `StreamQueueMessage` (legacy; no current SDK calls it) | `UNIMPLEMENTED` at once, without reading the request stream |
+use super::auth::{authorize, refuse_unchecked_stream, CallIdentity};
 use super::bridge::{Bridge, Limits};
 use super::{events, pb, queues, rpc, BoxStream};
+use crate::auth::{Access, Auth};
 use crate::mesh::handle::ArrayHandle;
+use crate::model::Pattern;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::{Request, Response, Status, Streaming};
@@ -27,37 +30,66 @@ pub struct KubemqService {
     host: String,
     /// Unix seconds when this process started (what `Ping` reports as `ServerStartTime`).
     started_unix_secs: i64,
+    /// `--authz-file` rules, checked on every call that names a channel (see [`super::auth`]).
+    auth: Auth,
 }
 
 impl KubemqService {
-    pub fn new(array: ArrayHandle, limits: Limits) -> Self {
+    pub fn new(array: ArrayHandle, limits: Limits, auth: Auth) -> Self {
         let started_unix_secs = process_start_unix_secs().unwrap_or_else(now_unix_secs);
-        KubemqService { bridge: Bridge::new(array, limits), host: crate::wire::host_name().unwrap_or_else(|| "stompgate".into()), started_unix_secs }
+        KubemqService { bridge: Bridge::new(array, limits), host: crate::wire::host_name().unwrap_or_else(|| "stompgate".into()), started_unix_secs, auth }
+    }
+
+    /// [`authorize`] for a request `r`'s (pattern, channel, access).
+    fn check<T>(&self, r: &Request<T>, declared: &str, pattern: Pattern, channel: &str, access: Access) -> Result<(), Status> {
+        authorize(&self.auth, r.extensions().get::<CallIdentity>(), declared, pattern, channel, access)
+    }
+}
+
+/// The pattern a `Subscribe` names (unknown types are left to the handler to refuse).
+fn subscribe_pattern(s: &pb::Subscribe) -> Option<Pattern> {
+    match s.subscribe_type_data {
+        1 => Some(Pattern::Events),
+        2 => Some(Pattern::EventsStore),
+        3 => Some(Pattern::Commands),
+        4 => Some(Pattern::Queries),
+        _ => None,
     }
 }
 
 #[tonic::async_trait]
 impl pb::kubemq_server::Kubemq for KubemqService {
     async fn send_event(&self, r: Request<pb::Event>) -> Result<Response<pb::Result>, Status> {
+        let pattern = if r.get_ref().store { Pattern::EventsStore } else { Pattern::Events };
+        self.check(&r, &r.get_ref().client_id, pattern, &r.get_ref().channel, Access::Write)?;
         events::send_event(&self.bridge, r.into_inner()).await.map(Response::new)
     }
 
     type SendEventsStreamStream = BoxStream<pb::Result>;
     async fn send_events_stream(&self, r: Request<Streaming<pb::Event>>) -> Result<Response<Self::SendEventsStreamStream>, Status> {
+        refuse_unchecked_stream(&self.auth, "SendEventsStream")?;
         Ok(Response::new(events::send_events_stream(Arc::clone(&self.bridge), r.into_inner())))
     }
 
     type SubscribeToEventsStream = BoxStream<pb::EventReceive>;
     async fn subscribe_to_events(&self, r: Request<pb::Subscribe>) -> Result<Response<Self::SubscribeToEventsStream>, Status> {
+        if let Some(p) = subscribe_pattern(r.get_ref()) {
+            self.check(&r, &r.get_ref().client_id, p, &r.get_ref().channel, Access::Read)?;
+        }
         events::subscribe(Arc::clone(&self.bridge), r.into_inner()).await.map(Response::new)
     }
 
     type SubscribeToRequestsStream = BoxStream<pb::Request>;
     async fn subscribe_to_requests(&self, r: Request<pb::Subscribe>) -> Result<Response<Self::SubscribeToRequestsStream>, Status> {
+        if let Some(p) = subscribe_pattern(r.get_ref()) {
+            self.check(&r, &r.get_ref().client_id, p, &r.get_ref().channel, Access::Read)?;
+        }
         rpc::subscribe(Arc::clone(&self.bridge), r.into_inner()).await.map(Response::new)
     }
 
     async fn send_request(&self, r: Request<pb::Request>) -> Result<Response<pb::Response>, Status> {
+        let pattern = if r.get_ref().request_type_data == 2 { Pattern::Queries } else { Pattern::Commands };
+        self.check(&r, &r.get_ref().client_id, pattern, &r.get_ref().channel, Access::Write)?;
         rpc::request(&self.bridge, r.into_inner()).await.map(Response::new)
     }
 
@@ -66,14 +98,19 @@ impl pb::kubemq_server::Kubemq for KubemqService {
     }
 
     async fn send_queue_message(&self, r: Request<pb::QueueMessage>) -> Result<Response<pb::SendQueueMessageResult>, Status> {
+        self.check(&r, &r.get_ref().client_id, Pattern::Queues, &r.get_ref().channel, Access::Write)?;
         Ok(Response::new(queues::send_one(&self.bridge, r.into_inner()).await))
     }
 
     async fn send_queue_messages_batch(&self, r: Request<pb::QueueMessagesBatchRequest>) -> Result<Response<pb::QueueMessagesBatchResponse>, Status> {
+        for m in &r.get_ref().messages {
+            self.check(&r, &m.client_id, Pattern::Queues, &m.channel, Access::Write)?;
+        }
         queues::send_batch(&self.bridge, r.into_inner()).await.map(Response::new)
     }
 
     async fn receive_queue_messages(&self, r: Request<pb::ReceiveQueueMessagesRequest>) -> Result<Response<pb::ReceiveQueueMessagesResponse>, Status> {
+        self.check(&r, &r.get_ref().client_id, Pattern::Queues, &r.get_ref().channel, Access::Read)?;
         Ok(Response::new(queues::receive(&self.bridge, r.into_inner()).await))
     }
 
@@ -83,6 +120,7 @@ impl pb::kubemq_server::Kubemq for KubemqService {
     }
 
     async fn ack_all_queue_messages(&self, r: Request<pb::AckAllQueueMessagesRequest>) -> Result<Response<pb::AckAllQueueMessagesResponse>, Status> {
+        self.check(&r, &r.get_ref().client_id, Pattern::Queues, &r.get_ref().channel, Access::Read)?;
         Ok(Response::new(queues::ack_all(&self.bridge, r.into_inner()).await))
     }
 
@@ -97,11 +135,13 @@ impl pb::kubemq_server::Kubemq for KubemqService {
 
     type QueuesDownstreamStream = BoxStream<pb::QueuesDownstreamResponse>;
     async fn queues_downstream(&self, r: Request<Streaming<pb::QueuesDownstreamRequest>>) -> Result<Response<Self::QueuesDownstreamStream>, Status> {
+        refuse_unchecked_stream(&self.auth, "QueuesDownstream")?;
         Ok(Response::new(queues::downstream(Arc::clone(&self.bridge), r.into_inner())))
     }
 
     type QueuesUpstreamStream = BoxStream<pb::QueuesUpstreamResponse>;
     async fn queues_upstream(&self, r: Request<Streaming<pb::QueuesUpstreamRequest>>) -> Result<Response<Self::QueuesUpstreamStream>, Status> {
+        refuse_unchecked_stream(&self.auth, "QueuesUpstream")?;
         Ok(Response::new(queues::upstream(Arc::clone(&self.bridge), r.into_inner())))
     }
 

@@ -18,7 +18,16 @@
 //! in one transaction (`max_tx_frames`), open transactions (`max_transactions`) and
 //! subscriptions (`max_subscriptions`, `/reply/` ones included: they hold memory too).
 //!
+//! Authentication and authorization (issue 14) are asked of the [`Host`]: the JWT in CONNECT's
+//! `passcode` once per connection ([`Host::authenticate`]), and each (pattern, channel, access)
+//! of a SEND or SUBSCRIBE once per connection and rule generation ([`Host::authorize`], its
+//! answers cached here so a SEND pays a hash lookup, not a regex). Either refusal is ERROR
+//! `access denied` + close.
+//!
 //! Every error becomes a `WireError` (the closed vocabulary) through [`Session::fail`].
+#[cfg(test)]
+mod auth_tests;
+pub mod authz;
 pub mod message_id;
 pub mod receipts;
 pub mod start;
@@ -26,6 +35,7 @@ pub mod subscription;
 #[cfg(test)]
 mod tests;
 
+use crate::auth::{Access, Denied};
 use crate::config::Config;
 use crate::mesh::msg::{Settle, StartAt, SubNo, Ticket};
 use crate::mesh::op::ArrayOp;
@@ -47,6 +57,24 @@ pub trait Host {
     fn new_message_id(&self) -> Bytes;
     /// Wall-clock time, Unix nanoseconds.
     fn now_ns(&self) -> i64;
+    /// Checks CONNECT's credentials. `Ok(Some(id))`: a verified client id; `Ok(None)`:
+    /// authentication is off (or the token names no client); `Err`: refuse the connection.
+    /// The default is authentication off.
+    fn authenticate(&self, login: Option<&[u8]>, passcode: Option<&[u8]>) -> Result<Option<Bytes>, Denied> {
+        let _ = (login, passcode);
+        Ok(None)
+    }
+    /// The generation of the authorization rules in force, `None` when authorization is off
+    /// (the default). A session's cached decisions hold while it stays the same.
+    fn authz_generation(&self) -> Option<u64> {
+        None
+    }
+    /// Whether `client_id` may do `access` on `channel` (as written: a wildcard filter is
+    /// checked as its text) of `pattern`. Asked only on a cache miss.
+    fn authorize(&self, client_id: &[u8], pattern: Pattern, channel: &[u8], access: Access) -> bool {
+        let _ = (client_id, pattern, channel, access);
+        true
+    }
 }
 
 /// What the connection must do, in order.
@@ -100,10 +128,6 @@ pub struct Session {
     /// `stompgate-<core>-<conn>`: the CONNECTED `session` header, and the client id without `login`.
     session_id: Bytes,
     client_id: Bytes,
-    /// Who the transport proved the client to be (a mutual-TLS certificate's CN), if anyone:
-    /// the client id then, before `login`. A credential checked at CONNECT (JWT) is to take
-    /// precedence over it.
-    transport_identity: Option<Bytes>,
     pub subs: Subscriptions,
     /// Open transactions and the frames they hold.
     txs: AHashMap<Bytes, Vec<Frame>>,
@@ -112,6 +136,11 @@ pub struct Session {
     pending_settle: Option<PendingSettle>,
     /// Commands/Queries requests awaiting their reply.
     rpc_pending: usize,
+    /// The identity the transport proved (a TLS client certificate's CN), if any: the client
+    /// id when no JWT names one (see [`Session::set_transport_identity`]).
+    transport_identity: Option<Bytes>,
+    /// Authorization decisions made for this connection (see `authz`).
+    authz: authz::Decisions,
 }
 
 /// Consecutive ACKs (or NACKs) of one subscription, merged into one Settle: a consumer that
@@ -133,20 +162,22 @@ impl Session {
             state: State::AwaitingConnect,
             version: Version::V1_0,
             client_id: session_id.clone(),
-            transport_identity: None,
             session_id,
             subs: Subscriptions::default(),
             txs: AHashMap::new(),
             receipts: Receipts::default(),
             pending_settle: None,
             rpc_pending: 0,
+            transport_identity: None,
+            authz: authz::Decisions::default(),
         }
     }
 
-    /// Sets the identity the transport established (before any frame is handled); see
-    /// `transport_identity`.
-    pub fn set_transport_identity(&mut self, identity: Bytes) {
-        self.transport_identity = Some(identity);
+    /// The hook for the transport (TLS): an identity it verified, e.g. a client certificate's
+    /// CN. Set before CONNECT is handled. Precedence of the client id: a verified JWT's
+    /// `ClientID`/`sub` > this > `login` > the session id.
+    pub fn set_transport_identity(&mut self, id: Bytes) {
+        self.transport_identity = Some(id);
     }
 
     pub fn state(&self) -> State {
@@ -286,6 +317,14 @@ impl Session {
             self.fail(WireError::TooManyConnections, None, out);
             return false;
         }
+        let login = h.get(b"login").filter(|l| !l.is_empty());
+        let verified = match host.authenticate(login.map(|l| &l[..]), h.get(b"passcode").map(|p| &p[..])) {
+            Ok(id) => id,
+            Err(Denied) => {
+                self.fail(WireError::AccessDenied, None, out);
+                return false;
+            }
+        };
         let (client_hb, advertised) = if version == Version::V1_0 {
             ((0, 0), (0, 0))
         } else {
@@ -299,10 +338,8 @@ impl Session {
         };
         self.version = version;
         self.state = State::Connected;
-        if let Some(identity) = &self.transport_identity {
-            self.client_id = identity.clone();
-        } else if let Some(login) = h.get(b"login").filter(|l| !l.is_empty()) {
-            self.client_id = login.clone();
+        if let Some(id) = verified.or_else(|| self.transport_identity.clone()).or_else(|| login.cloned()) {
+            self.client_id = id;
         }
         out.push(Action::Connected { version, heart_beat: negotiate_heart_beat(client_hb, advertised), advertised, session: self.session_id.clone() });
         true
@@ -356,6 +393,9 @@ impl Session {
     fn on_send(&mut self, frame: Frame, host: &dyn Host, from_commit: bool, out: &mut Vec<Action>) -> Handled {
         let Some(raw) = frame.headers.get(b"destination") else { return reject(&frame, WireError::MalformedFrame) };
         let dest = parse_destination(raw, self.cfg.default_pattern, Intent::Send).map_err(|e| (destination_error(e), receipt_of(&frame)))?;
+        if !self.authz.allows(host, &self.client_id, dest.pattern, &dest.channel.0, Access::Write) {
+            return reject(&frame, WireError::AccessDenied);
+        }
         let tags = headers_to_tags(&frame.headers).map_err(|_| (WireError::FrameTooLarge, receipt_of(&frame)))?;
         // Validated now, so a bad frame fails at SEND time even inside a transaction.
         if self.hold_in_transaction(&frame, from_commit)? {
@@ -435,6 +475,10 @@ impl Session {
             Some(_) => return reject(frame, WireError::MalformedFrame),
         };
         let dest = parse_destination(raw, self.cfg.default_pattern, Intent::Subscribe).map_err(|e| (destination_error(e), receipt_of(frame)))?;
+        // `/reply/` is local to this connection: always allowed (never asked of the rules).
+        if dest.pattern != Pattern::Reply && !self.authz.allows(host, &self.client_id, dest.pattern, &dest.channel.0, Access::Read) {
+            return reject(frame, WireError::AccessDenied);
+        }
         let start = match (dest.pattern, h.get(b"x-kubemq-start")) {
             (Pattern::EventsStore, Some(v)) => match start::parse_start(v, host.now_ns()) {
                 Some(s) => s,
