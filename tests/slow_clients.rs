@@ -89,16 +89,7 @@ impl Gateway {
 
     /// The sum over its labels of one of the front gateway's counters.
     fn counter(&self, metric: &str) -> f64 {
-        let mut s = TcpStream::connect(self.metrics).expect("metrics listener");
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).expect("metrics response");
-        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-        text.lines()
-            .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
-            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap_or_else(|_| panic!("bad sample {l:?}")))
-            .sum()
+        crate::common::metrics::scrape_sum_at(self.metrics, metric)
     }
 
     /// The front gateway's resident set, MiB.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 pub struct Denied;
 
 /// The process's authentication and authorization, loaded at start-up. Cloning shares it.
-/// Compared by the files it came from (so [`crate::config::Config`] stays comparable).
+/// Compared by the files it came from (so the configuration that holds it stays comparable).
 #[derive(Clone, Default)]
 pub struct Auth {
     pub jwt: Option<Arc<JwtVerifier>>,

@@ -23,7 +23,13 @@ pub fn free_port() -> SocketAddr {
 
 /// The sum over its labels of a counter, scraped from the exporter.
 pub fn scrape_sum(metric: &str) -> f64 {
-    let mut s = TcpStream::connect(metrics_addr()).expect("metrics endpoint");
+    scrape_sum_at(metrics_addr(), metric)
+}
+
+/// The sum over its labels of a counter, scraped from the metrics listener at `addr` (a
+/// gateway of its own, e.g. a spawned child).
+pub fn scrape_sum_at(addr: SocketAddr, metric: &str) -> f64 {
+    let mut s = TcpStream::connect(addr).expect("metrics endpoint");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
     let mut text = String::new();
