@@ -23,6 +23,12 @@
 //! values are KubeMQ's AMQP set (queues, events, events-store, commands, queries; default
 //! queues, §3.1), not STOMP's (events, queues, store, none), so [`parse_default_pattern`] is
 //! separate from `config::parse_default_pattern`.
+//!
+//! Open points, decided here and not by the seed: its grammar says `channel = 1*255 VCHAR`,
+//! but its validation table (which the code follows) refuses only the six listed faults, so
+//! non-ASCII and control characters pass as they do on STOMP; and a dynamic node's address is
+//! recognised only in a message's `to` (where the seed says so), while a fixed ATTACH to a bare
+//! `_amqp10.tmp.…` address is an ordinary bare channel.
 
 use super::error::AmqpError;
 use crate::model::{Channel, Pattern};
