@@ -9,6 +9,7 @@
 //!    shard), [`egress`] (the remote-array client), [`wire`] (KubeMQ protobuf types);
 //! 4. I/O — [`conn`] (a STOMP connection), [`runtime`] (executors, accept), [`grpc`] (the KubeMQ
 //!    gRPC API).
+pub mod amqp;
 pub mod array;
 pub mod auth;
 pub mod config;
