@@ -10,3 +10,4 @@
 //!   says why plain files on the core's thread rather than glommio's DMA files, and what the
 //!   array will do with this (group commit, recovery, space reclamation: items 2, 4, 5).
 pub mod record;
+pub mod segment;
