@@ -35,8 +35,10 @@ pub const HEADER_BYTES: usize = 14;
 /// The format version this build writes and reads.
 pub const VERSION: u8 = 1;
 /// Largest record (header included) encode writes and decode accepts: bounds what a corrupt
-/// length can make the scanner consider. Larger than any message the gateway accepts.
-pub const MAX_RECORD_BYTES: usize = 64 << 20;
+/// length can make the scanner consider. Room for a message at the default `--max-body-size`
+/// (100 MiB) with its headers; a larger `--max-body-size` with persistence on must be refused
+/// at start, or such a message refused by its SEND ([`TooLarge`]).
+pub const MAX_RECORD_BYTES: usize = 256 << 20;
 
 /// Bytes of the magic, crc and length fields (what `length` does not count).
 const PREFIX_BYTES: usize = 12;
@@ -189,8 +191,37 @@ impl fmt::Display for TooLarge {
 
 impl std::error::Error for TooLarge {}
 
-/// Appends `record` to `buf`. On error `buf` is left as it was.
+/// The bytes [`encode`] appends for `record` (header included).
+pub fn encoded_len(record: &Record<'_>) -> usize {
+    let bytes = |b: &[u8]| 4 + b.len();
+    let opt = |b: Option<&[u8]>| 1 + b.map_or(0, bytes);
+    let content = |c: &Content<'_>| {
+        bytes(c.id) + bytes(c.client_id) + bytes(c.metadata) + bytes(c.body) + 4 + c.tags.iter().map(|(k, v)| bytes(k) + bytes(v)).sum::<usize>() + 8
+    };
+    HEADER_BYTES
+        + match record {
+            Record::QueueMessage(m) => bytes(m.channel) + 8 + content(&m.content) + 8 + 8 + 4 + opt(m.dead_letter) + opt(m.rerouted_from),
+            Record::QueueSettle(s) => {
+                bytes(s.channel)
+                    + 8
+                    + match s.settlement {
+                        Settlement::Ack => 0,
+                        Settlement::Requeue { .. } => 4,
+                        Settlement::DeadLetter { target } => opt(target),
+                    }
+            }
+            Record::StoreMessage(m) => bytes(m.channel) + 8 + content(&m.content),
+        }
+}
+
+/// Appends `record` to `buf`. A record over [`MAX_RECORD_BYTES`] is refused before anything is
+/// written, and `buf` is left as it was.
 pub fn encode(record: &Record<'_>, buf: &mut Vec<u8>) -> Result<(), TooLarge> {
+    let total = encoded_len(record);
+    if total > MAX_RECORD_BYTES {
+        return Err(TooLarge);
+    }
+    buf.reserve(total);
     let start = buf.len();
     buf.extend_from_slice(&MAGIC);
     buf.extend_from_slice(&[0; 8]); // crc and length, filled in below
@@ -229,11 +260,7 @@ pub fn encode(record: &Record<'_>, buf: &mut Vec<u8>) -> Result<(), TooLarge> {
             put_content(buf, &m.content);
         }
     }
-    let total = buf.len() - start;
-    if total > MAX_RECORD_BYTES {
-        buf.truncate(start);
-        return Err(TooLarge);
-    }
+    debug_assert_eq!(buf.len() - start, total, "encoded_len matches encode");
     // Bounded by MAX_RECORD_BYTES above, so the length fits a u32.
     let length = (total - PREFIX_BYTES) as u32;
     buf[start + 8..start + 12].copy_from_slice(&length.to_le_bytes());
@@ -318,10 +345,9 @@ fn put_i64(buf: &mut Vec<u8>, v: i64) {
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
-/// A string's length saturates at u32::MAX: such a record is over MAX_RECORD_BYTES anyway
-/// and encode refuses it whole.
+/// Lengths fit a u32: encode refused any record over MAX_RECORD_BYTES before writing.
 fn put_bytes(buf: &mut Vec<u8>, bytes: &[u8]) {
-    put_u32(buf, u32::try_from(bytes.len()).unwrap_or(u32::MAX));
+    put_u32(buf, bytes.len() as u32);
     buf.extend_from_slice(bytes);
 }
 
@@ -340,7 +366,7 @@ fn put_content(buf: &mut Vec<u8>, c: &Content<'_>) {
     put_bytes(buf, c.client_id);
     put_bytes(buf, c.metadata);
     put_bytes(buf, c.body);
-    put_u32(buf, u32::try_from(c.tags.len()).unwrap_or(u32::MAX));
+    put_u32(buf, c.tags.len() as u32);
     for (k, v) in &c.tags {
         put_bytes(buf, k);
         put_bytes(buf, v);
@@ -466,6 +492,7 @@ mod tests {
         for record in every_kind() {
             let mut buf = Vec::new();
             encode(&record, &mut buf).unwrap();
+            assert_eq!(buf.len(), encoded_len(&record), "{record:?}");
             assert_eq!(decode(&buf), Ok((record.clone(), buf.len())), "{record:?}");
         }
     }
@@ -542,12 +569,30 @@ mod tests {
     }
 
     #[test]
-    fn a_record_over_the_limit_is_refused_and_leaves_the_buffer() {
-        let body = vec![0u8; MAX_RECORD_BYTES];
-        let record = Record::StoreMessage(StoreMessage { channel: b"c", sequence: 1, content: content(&body) });
+    fn a_record_one_byte_over_the_limit_is_refused_and_leaves_the_buffer() {
+        // Zeroed pages are not touched (encode refuses before copying), so this costs no RSS.
+        let channel = vec![0u8; MAX_RECORD_BYTES - HEADER_BYTES - 12 + 1];
+        let record = Record::QueueSettle(QueueSettle { channel: &channel, seq: 1, settlement: Settlement::Ack });
+        assert_eq!(encoded_len(&record), MAX_RECORD_BYTES + 1);
         let mut buf = b"earlier".to_vec();
         assert_eq!(encode(&record, &mut buf), Err(TooLarge));
         assert_eq!(buf, b"earlier");
+    }
+
+    #[test]
+    fn a_length_out_of_bounds_is_refused_before_it_is_used() {
+        let header = |length: usize| {
+            let mut h = MAGIC.to_vec();
+            h.extend_from_slice(&[0; 4]);
+            h.extend_from_slice(&(length as u32).to_le_bytes());
+            h.extend_from_slice(&[VERSION, 1]);
+            h
+        };
+        assert_eq!(frame_len(&header(MAX_RECORD_BYTES - 12 + 1)), Err(DecodeError::BadLength));
+        assert_eq!(frame_len(&header(u32::MAX as usize)), Err(DecodeError::BadLength));
+        assert_eq!(frame_len(&header(1)), Err(DecodeError::BadLength));
+        // In bounds but longer than the bytes there: a torn record, not a bad one.
+        assert_eq!(frame_len(&header(MAX_RECORD_BYTES - 12)), Err(DecodeError::Truncated));
     }
 
     /// Owned inputs for a generated record (proptest strategies cannot hand out borrows).
@@ -637,6 +682,7 @@ mod tests {
             let mut buf = Vec::new();
             encode(&record, &mut buf).unwrap();
             let len = buf.len();
+            prop_assert_eq!(len, encoded_len(&record));
             // Bytes after the record (the next one) are not consumed.
             buf.extend_from_slice(&junk);
             prop_assert_eq!(decode(&buf), Ok((record, len)));

@@ -107,8 +107,8 @@ pub struct SegmentScan {
     pub records: u64,
     pub corrupt_regions: u64,
     pub unreadable: u64,
-    /// End of the last good record (or of the last skipped corrupt region's successor): the
-    /// length the segment keeps.
+    /// The length the segment keeps: the end of its last good (or intact but unreadable)
+    /// record. Damage before that is skipped, not cut.
     pub good_len: usize,
 }
 
@@ -163,6 +163,8 @@ pub struct SegmentLog {
     dir_unsynced: bool,
     /// Bytes appended since the last sync.
     unsynced_bytes: u64,
+    /// A failed append left bytes that could not be cut: start a new segment first.
+    roll_before_append: bool,
 }
 
 impl SegmentLog {
@@ -199,8 +201,17 @@ impl SegmentLog {
             None => (SegmentId(1), create_segment(dir, SegmentId(1))?, true),
         };
         segments.entry(active_id).or_insert(0);
-        let log =
-            SegmentLog { dir: dir.to_path_buf(), segment_bytes, segments, active_id, active, closed_unsynced: Vec::new(), dir_unsynced, unsynced_bytes: 0 };
+        let log = SegmentLog {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            segments,
+            active_id,
+            active,
+            closed_unsynced: Vec::new(),
+            dir_unsynced,
+            unsynced_bytes: 0,
+            roll_before_append: false,
+        };
         Ok((log, recovery))
     }
 
@@ -209,24 +220,38 @@ impl SegmentLog {
     /// where the batch starts. Not durable until [`sync`](Self::sync).
     ///
     /// # Errors
-    /// The write's or the new segment's I/O error. After a failed write the segment may hold a
-    /// partial batch, which the next open cuts as a torn tail; the caller must treat the whole
-    /// batch as not written.
+    /// The write's or the new segment's I/O error (e.g. no space left). The whole batch then
+    /// counts as not written: a partial write is cut off again, or, if that fails too, left
+    /// as the torn tail of a segment closed at once (the next open cuts it), so later batches
+    /// never follow partial bytes.
     pub fn append_batch(&mut self, records: &[u8]) -> io::Result<Position> {
         if records.is_empty() {
             return Ok(Position { segment: self.active_id, offset: self.active_len() });
         }
-        if self.active_len() > 0 && self.active_len() + records.len() as u64 > self.segment_bytes {
+        if self.roll_before_append || (self.active_len() > 0 && self.active_len() + records.len() as u64 > self.segment_bytes) {
             self.roll()?;
+            self.roll_before_append = false;
         }
         let at = Position { segment: self.active_id, offset: self.active_len() };
-        self.active.write_all(records).map_err(|e| at_path(e, "cannot append to segment", &segment_path(&self.dir, self.active_id)))?;
+        if let Err(e) = self.active.write_all(records) {
+            // Appends go to the end of the file (O_APPEND): partial bytes left there would sit
+            // between this segment's records and the next batch.
+            if self.active.set_len(at.offset).is_err() {
+                self.roll_before_append = true;
+            }
+            return Err(at_path(e, "cannot append to segment", &segment_path(&self.dir, self.active_id)));
+        }
         *self.segments.entry(self.active_id).or_insert(0) += records.len() as u64;
         self.unsynced_bytes += records.len() as u64;
         Ok(at)
     }
 
     /// Makes every batch appended so far durable (`fdatasync`).
+    ///
+    /// # Errors
+    /// The sync's error. After a failed `fdatasync` Linux may have dropped the unwritten pages
+    /// and a retry can report success without them: the caller must treat every batch since
+    /// the last successful sync as possibly lost (confirm none of them), not retry and go on.
     pub fn sync(&mut self) -> io::Result<()> {
         for file in self.closed_unsynced.drain(..) {
             file.sync_data()?;
