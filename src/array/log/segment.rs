@@ -41,6 +41,9 @@
 //!   segment is truncated at the end of its last good record and the cut is reported once
 //!   ([`Recovery::tail_cuts`], and one warning line).
 //!
+//! Recovery holds one segment in memory at a time: at most `segment_bytes`, or one batch
+//! larger than that.
+//!
 //! A record whose framing is good but whose content this build cannot read (unknown version or
 //! kind, malformed fields) is skipped by its own length and counted
 //! ([`Recovery::unreadable`]); it is not damage, so nothing is cut.
@@ -665,6 +668,26 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn a_segment_cut_anywhere_yields_exactly_the_records_before_the_cut(
+            bodies in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 1..8),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let mut bytes = Vec::new();
+            let mut ends = Vec::new();
+            for (i, body) in bodies.iter().enumerate() {
+                store_record(&mut bytes, i as u64 + 1, body);
+                ends.push(bytes.len());
+            }
+            let keep = cut.index(bytes.len() + 1);
+            let mut seen = Vec::new();
+            let scan = scan_segment(&bytes[..keep], |_, rec| if let Record::StoreMessage(m) = rec { seen.push(m.sequence) });
+            let whole = ends.iter().filter(|&&end| end <= keep).count();
+            proptest::prop_assert_eq!(seen, (1..=whole as u64).collect::<Vec<_>>());
+            proptest::prop_assert_eq!(scan.good_len, if whole == 0 { 0 } else { ends[whole - 1] });
+            proptest::prop_assert_eq!(scan.corrupt_regions, 0);
+        }
+
         #[test]
         fn scan_never_panics_and_keeps_a_prefix(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048)) {
             let scan = scan_segment(&bytes, |_, _| {});
