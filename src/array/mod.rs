@@ -7,6 +7,7 @@
 //! (target core + `CoreMsg`), which the core then dispatches. That keeps this ring testable
 //! without sockets or executors.
 pub mod events;
+pub mod log;
 pub mod queue;
 pub mod rpc;
 pub mod store;

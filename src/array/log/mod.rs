@@ -1,0 +1,13 @@
+//! The per-core append-only log under the persistent embedded array (issue 15, item 1): the
+//! bottom layer, with no runtime and not yet wired into the array.
+//!
+//! * [`record`]: the on-disk record (magic, CRC-32C, length, version, kind, fields) for queue
+//!   messages, their settlements and Events-Store messages; encoding into a caller's buffer,
+//!   decoding that bounds every length and never panics.
+//! * [`segment`]: a directory of size-capped segment files, appended with one `write` per
+//!   group of records and made durable with one `fdatasync`; the recovery scan (torn tails cut,
+//!   corrupt records in the middle skipped and counted); deletion of whole segments. Its doc
+//!   says why plain files on the core's thread rather than glommio's DMA files, and what the
+//!   array will do with this (group commit, recovery, space reclamation: items 2, 4, 5).
+pub mod record;
+pub mod segment;
