@@ -13,3 +13,59 @@ fn start_and_stop_twenty_times() {
         server.stop();
     }
 }
+
+/// A gateway stopped while clients were connected leaves its side of their connections in
+/// TIME_WAIT; the next gateway on the same fixed port must still start at once: the start-up
+/// probe for another process's listener (`runtime::listeners`) must not mistake those for one.
+#[test]
+fn a_restart_on_the_same_port_right_after_a_stop_with_clients_works() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let addr = common::metrics::free_port();
+    let start = || {
+        Command::new(env!("CARGO_BIN_EXE_stompgate"))
+            .args(["--cores", "2", "--grpc-addr", "off", "--stomp-addr", &addr.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let connected_client = |child: &mut std::process::Child| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the gateway exited ({status}) instead of listening on {addr}");
+            }
+            if let Ok(mut s) = TcpStream::connect(addr) {
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                s.write_all(b"CONNECT\naccept-version:1.2\nhost:/\n\n\0").unwrap();
+                let mut buf = [0u8; 9];
+                s.read_exact(&mut buf).unwrap();
+                assert_eq!(&buf, b"CONNECTED");
+                return s;
+            }
+            assert!(Instant::now() < deadline, "the gateway never listened on {addr}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut first = start();
+    // Each client leaves with DISCONNECT: the gateway closes first, so its side of each
+    // connection stays in TIME_WAIT (as after any load run).
+    for _ in 0..4 {
+        let mut c = connected_client(&mut first);
+        c.write_all(b"DISCONNECT\nreceipt:bye\n\n\0").unwrap();
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+        assert!(String::from_utf8_lossy(&rest).contains("receipt-id:bye"), "DISCONNECT's receipt, then the gateway's close");
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(first.id() as i32, libc::SIGTERM) }, 0);
+    assert!(first.wait().unwrap().success());
+    let mut second = start();
+    let _client = connected_client(&mut second);
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
