@@ -16,7 +16,10 @@
 #                                (receipt every 1000), queue 2->2 (receipt every 1000), connect
 #                                (4 workers)
 #   DURATION_S=8 WARMUP_S=2      measured window and warm-up per run
-#   PORT=61653                   the port each gateway listens on in turn
+#   PORT=61653                   A listens on PORT, B on PORT+1 (each side its own port: a
+#                                gateway's start-up refuses a port with another process's
+#                                sockets, and an older binary's stopped connections in TIME_WAIT
+#                                count as such for up to 60 s)
 #   ARGS=""                      extra flags for both gateways
 # Raw results: perf/results/ab-<UTC time>.jsonl, one line per run:
 #   {"round":N,"case":"...","side":"A|B","binary":"<path>","sha256":"<of the binary>",
@@ -125,8 +128,8 @@ stop_gateway() {
 }
 trap stop_gateway EXIT
 
-if stomp_ready "$PORT"; then
-    echo "ab.sh: something already answers STOMP on 127.0.0.1:$PORT; set PORT" >&2
+if stomp_ready "$PORT" || stomp_ready "$((PORT + 1))"; then
+    echo "ab.sh: something already answers STOMP on 127.0.0.1:$PORT or the port after it; set PORT" >&2
     exit 1
 fi
 mkdir -p perf/results
@@ -143,15 +146,17 @@ for round in $(seq 1 "$ROUNDS"); do
     [ $((round % 2)) -eq 0 ] && order=(B A)
     for case in "${CASES[@]}"; do
         for side in "${order[@]}"; do
+            port=$PORT
+            [ "$side" = B ] && port=$((PORT + 1))
             # shellcheck disable=SC2086
-            "${BIN[$side]}" --stomp-addr "127.0.0.1:$PORT" --grpc-addr off --cores 2 $ARGS >"$LOG" 2>&1 &
+            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 $ARGS >"$LOG" 2>&1 &
             GW_PID=$!
-            for _ in $(seq 1 100); do stomp_ready "$PORT" && break; sleep 0.1; done
-            stomp_ready "$PORT" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }
+            for _ in $(seq 1 100); do stomp_ready "$port" && break; sleep 0.1; done
+            stomp_ready "$port" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }
             echo "== round $round/$ROUNDS: $case on $side" >&2
             rc=0
             # shellcheck disable=SC2046
-            line="$(timeout 300 "$LOAD" $(case_args "$case") --host 127.0.0.1 --port "$PORT" \
+            line="$(timeout 300 "$LOAD" $(case_args "$case") --host 127.0.0.1 --port "$port" \
                 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "ab-$case-$round-$$" \
                 --label "$side" --json --quiet --server-pid "$GW_PID")" || rc=$?
             [ -n "$line" ] || line=null
