@@ -8,7 +8,9 @@
 //! split new connections between two processes with separate arrays. The probe socket is
 //! closed at once (kept, it would keep our own SO_REUSEPORT binds out), so a process binding
 //! in the instant between the probe and the cores' binds is not caught; that window is a few
-//! system calls long. Port 0 is resolved to a free port instead, held until the cores bind.
+//! system calls long. A port in use is probed again for up to two seconds: a listener of a
+//! process just gone can outlive it that long (see `probe_patiently`). Port 0 is resolved to a
+//! free port instead, held until the cores bind.
 use super::{bound_reuseport_socket, sockaddr_of, StartError};
 use crate::config::Config;
 use crate::tls::Tls;
@@ -107,8 +109,27 @@ fn claim(addr: SocketAddr) -> std::io::Result<(SocketAddr, Option<std::net::TcpL
         let bound = sock.local_addr()?;
         return Ok((bound, Some(sock)));
     }
-    probe_exclusive(addr)?;
+    probe_patiently(addr)?;
     Ok((addr, None))
+}
+
+/// How long a start waits for a port to come free: a gateway killed with SIGKILL (or any
+/// process with an accept in io_uring) keeps its listener until the kernel tears its ring
+/// down, shortly after the process is gone, and a supervisor restarting it at once should
+/// not fail for that. A port held by a live process is still refused, this much later.
+const PORT_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`probe_exclusive`], retried while the port is in use, for up to [`PORT_RELEASE_WAIT`].
+fn probe_patiently(addr: SocketAddr) -> std::io::Result<()> {
+    let deadline = std::time::Instant::now() + PORT_RELEASE_WAIT;
+    loop {
+        match probe_exclusive(addr) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// Binds `addr` without SO_REUSEPORT and closes the socket: EADDRINUSE means another socket

@@ -425,6 +425,18 @@ async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listen
             },
         }
     }
+    stop_listening(listener_fd);
+}
+
+/// Takes the listener out of LISTEN state now. Closing it is not enough: the accept still in
+/// flight in io_uring holds a reference to the socket, and the kernel drops it only when the
+/// ring is torn down, asynchronously and after the process has exited. Until then the port
+/// still listens: new connections queue on a socket nobody accepts from (and are reset when
+/// it finally goes), and a restart's exclusive-port probe finds the port taken.
+/// shutdown(2) on a listening socket stops it at once and completes the pending accept.
+fn stop_listening(listener_fd: std::os::fd::RawFd) {
+    // SAFETY: shutdown(2) on the listener's descriptor, which the caller's listener still owns.
+    unsafe { libc::shutdown(listener_fd, libc::SHUT_RDWR) };
 }
 
 /// The TLS handshake, on this core's executor, within `--connect-timeout-s` (the same clock a
