@@ -343,3 +343,120 @@ fn grpc_calls_take_the_same_jwt_and_rules() {
     });
     grpc.shutdown();
 }
+
+const STREAM_RULES: &str = r#"[
+    {"ClientID": "alice", "Queues": true, "Channel": "sa-ok\\..*", "Read": true, "Write": true},
+    {"ClientID": "alice", "Events": true, "EventsStore": true, "Channel": "sa-pub\\..*", "Write": true}
+]"#;
+
+/// SendEventsStream, QueuesUpstream and QueuesDownstream check each message on its own: a
+/// denied one gets KubeMQ's in-band error result (`access denied`), the allowed ones on the same
+/// stream are served, and nothing denied reaches the array. The identity is the JWT's
+/// (`alice`), not the messages' declared `ClientID`.
+#[test]
+fn grpc_streams_check_each_message_and_keep_serving_the_allowed_ones() {
+    use common::grpc::{ds, event, feed, next, ok, pb, queue_message, quiet, store_subscription, take};
+    use stompgate::wire::pb::kubemq_client::KubemqClient;
+    let key = TempFile::new("grpc-streams", SECRET);
+    let rules = TempFile::new("grpc-stream-rules", STREAM_RULES.as_bytes());
+    let server = server_with(None, None);
+    let auth = Auth { jwt: Some(Arc::new(JwtVerifier::load(&key.0, JwtAlg::HS256).unwrap())), authz: Some(Arc::new(Authz::load(&rules.0).unwrap())) };
+    let security = stompgate::grpc::Security { auth, ..Default::default() };
+    let grpc = stompgate::grpc::start_secured("127.0.0.1:0".parse().unwrap(), 1, server.array(), stompgate::grpc::Limits::default(), security).unwrap();
+    // The same array without rules: where the test looks for what the denied messages did not do.
+    let open = stompgate::grpc::start("127.0.0.1:0".parse().unwrap(), 1, server.array()).unwrap();
+    let token: tonic::metadata::MetadataValue<_> = hs256(serde_json::json!({"ClientID": "alice", "exp": now() + 600})).parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let connect = |addr: std::net::SocketAddr| async move {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+            KubemqClient::new(channel)
+        };
+        let with_token = move |req: tonic::Request<()>| -> Result<tonic::Request<()>, tonic::Status> {
+            let mut req = req;
+            req.metadata_mut().insert("authorization", token.clone());
+            Ok(req)
+        };
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", grpc.local_addr())).unwrap().connect().await.unwrap();
+        let mut c = KubemqClient::with_interceptor(channel, with_token);
+        let mut unruled = connect(open.local_addr()).await;
+
+        // SendEventsStream: store events allowed, denied, allowed; a plain denied event is
+        // answered too (an allowed plain event is not, as without rules).
+        let (pub_ch, secret_ch) = (format!("sa-pub.{}", unique("e")), format!("sa-secret.{}", unique("e")));
+        let mut secret_store = ok("SubscribeToEvents", unruled.subscribe_to_events(store_subscription(&secret_ch, 2, 0))).await;
+        let (tx, events) = feed::<pb::Event>();
+        let mut results = ok("SendEventsStream", c.send_events_stream(events)).await;
+        let with_id = |id: &str, e: pb::Event| pb::Event { event_id: id.into(), ..e };
+        tx.send(with_id("st-ok-1", event(&pub_ch, b"a", true))).unwrap();
+        tx.send(with_id("st-denied", event(&secret_ch, b"x", true))).unwrap();
+        tx.send(with_id("ev-ok", event(&pub_ch, b"b", false))).unwrap();
+        tx.send(with_id("ev-denied", event(&secret_ch, b"y", false))).unwrap();
+        tx.send(with_id("st-ok-2", event(&pub_ch, b"c", true))).unwrap();
+        let got = take(&mut results, 4).await;
+        let summary: Vec<(&str, bool, &str)> = got.iter().map(|r| (r.event_id.as_str(), r.sent, r.error.as_str())).collect();
+        assert_eq!(summary, [("st-ok-1", true, ""), ("st-denied", false, "access denied"), ("ev-denied", false, "access denied"), ("st-ok-2", true, "")]);
+        quiet(&mut results).await;
+        quiet(&mut secret_store).await;
+        let mut pub_store = ok("SubscribeToEvents", unruled.subscribe_to_events(store_subscription(&pub_ch, 2, 0))).await;
+        let stored: Vec<Vec<u8>> = take(&mut pub_store, 2).await.into_iter().map(|e| e.body).collect();
+        assert_eq!(stored, [b"a".to_vec(), b"c".to_vec()]);
+        drop(tx);
+
+        // QueuesUpstream: one request with an allowed and a denied message, then an allowed one.
+        let (ok_q, secret_q) = (format!("sa-ok.{}", unique("q")), format!("sa-secret.{}", unique("q")));
+        let (tx, requests) = feed::<pb::QueuesUpstreamRequest>();
+        let mut responses = ok("QueuesUpstream", c.queues_upstream(requests)).await;
+        let msg = |ch: &str, id: &str, body: &[u8]| pb::QueueMessage { message_id: id.into(), ..queue_message(ch, body) };
+        tx.send(pb::QueuesUpstreamRequest { request_id: "u1".into(), messages: vec![msg(&ok_q, "m1", b"one"), msg(&secret_q, "m2", b"no")] }).unwrap();
+        tx.send(pb::QueuesUpstreamRequest { request_id: "u2".into(), messages: vec![msg(&ok_q, "m3", b"two")] }).unwrap();
+        let r1 = next(&mut responses).await;
+        assert_eq!((r1.ref_request_id.as_str(), r1.is_error), ("u1", false), "{r1:?}");
+        let per_message: Vec<(&str, bool, &str)> = r1.results.iter().map(|r| (r.message_id.as_str(), r.is_error, r.error.as_str())).collect();
+        assert_eq!(per_message, [("m1", false, ""), ("m2", true, "access denied")]);
+        let r2 = next(&mut responses).await;
+        assert_eq!((r2.ref_request_id.as_str(), r2.is_error, r2.results.len(), r2.results[0].is_error), ("u2", false, 1, false), "{r2:?}");
+        drop(tx);
+        let peek = |ch: &str| pb::ReceiveQueueMessagesRequest {
+            client_id: "test".into(),
+            channel: ch.into(),
+            max_number_of_messages: 10,
+            wait_time_seconds: 1,
+            is_peak: true,
+            ..Default::default()
+        };
+        let denied_q = ok("ReceiveQueueMessages", unruled.receive_queue_messages(peek(&secret_q))).await;
+        assert_eq!(denied_q.messages.len(), 0, "a denied upstream message reached its queue: {denied_q:?}");
+
+        // QueuesDownstream: a Get on a denied queue is refused in-band, and the same stream
+        // then gets from the allowed one.
+        let (tx, requests) = feed::<pb::QueuesDownstreamRequest>();
+        let mut down = ok("QueuesDownstream", c.queues_downstream(requests)).await;
+        let get = |id: &str, ch: &str| pb::QueuesDownstreamRequest {
+            request_id: id.into(),
+            client_id: "grpc-test".into(),
+            request_type_data: ds::GET,
+            channel: ch.into(),
+            max_items: 10,
+            wait_timeout: 1000,
+            auto_ack: true,
+            ..Default::default()
+        };
+        tx.send(get("g-denied", &secret_q)).unwrap();
+        let denied = next(&mut down).await;
+        assert_eq!(
+            (denied.ref_request_id.as_str(), denied.request_type_data, denied.is_error, denied.error.as_str()),
+            ("g-denied", ds::GET, true, "access denied"),
+            "{denied:?}"
+        );
+        assert!(denied.messages.is_empty());
+        tx.send(get("g-ok", &ok_q)).unwrap();
+        let got = next(&mut down).await;
+        assert_eq!((got.ref_request_id.as_str(), got.is_error), ("g-ok", false), "{got:?}");
+        let bodies: Vec<Vec<u8>> = got.messages.into_iter().map(|m| m.body).collect();
+        assert_eq!(bodies, [b"one".to_vec(), b"two".to_vec()]);
+    });
+    rt.shutdown_timeout(Duration::from_millis(500));
+    grpc.shutdown();
+    open.shutdown();
+}

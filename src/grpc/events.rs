@@ -6,9 +6,11 @@
 //! `Limits::subscriber_buffer` messages; past that, deliveries follow the one slow-subscriber
 //! policy of every subscriber ([`crate::delivery`]): parked, holding their publisher's
 //! confirmation, for up to 2 s, then dropped and counted (events are at-most-once).
+use super::auth::{StreamAuthz, ACCESS_DENIED};
 use super::bridge::{Bridge, OnDrop};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
+use crate::auth::Access;
 use crate::delivery::{park_limit, Next, Parking};
 use crate::mesh::confirm::Confirmation;
 use crate::mesh::handle::ArrayHandle;
@@ -78,7 +80,10 @@ pub async fn send_event(b: &Bridge, ev: pb::Event) -> Result<pb::Result, Status>
 /// with a confirmation, and with [`PACE_WINDOW`] of those outstanding the reader waits for the
 /// oldest. So a publisher stream (a remote-array gateway's, above all) slows to what the
 /// subscribers take, through HTTP/2 flow control, instead of outrunning them into drops.
-pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>) -> BoxStream<pb::Result> {
+///
+/// With `--authz-file`, each event is checked (Write on its pattern and channel); a denied one
+/// is answered as a failed event (`Sent: false`, `Error: "access denied"`) and goes nowhere.
+pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>, mut authz: StreamAuthz) -> BoxStream<pb::Result> {
     /// Answers owed and not yet written (bounds what one stream has in flight).
     const WINDOW: usize = 1024;
     /// One plain event in this many carries a confirmation...
@@ -97,6 +102,14 @@ pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>) -> 
         let mut paced: VecDeque<Confirmation> = VecDeque::new();
         while let Ok(Some(ev)) = inbound.message().await {
             let event_id = ev.event_id.clone();
+            let pattern = if ev.store { Pattern::EventsStore } else { Pattern::Events };
+            if !authz.allows(&ev.client_id, pattern, &ev.channel, Access::Write) {
+                let denied = pb::Result { event_id, sent: false, error: ACCESS_DENIED.into() };
+                if owed_tx.send(Owed::Failed(denied)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
             let next = match prepare(&b, ev) {
                 Ok((Pattern::EventsStore, msg)) => {
                     let id = convert::string_of(&msg.id);

@@ -7,9 +7,11 @@
 //! (`CoreMsg::QueuePull`); a downstream stream holds its reserved messages under one holder
 //! `SubRef` and settles them by tag. When the stream ends, everything it still holds goes back
 //! to the head of its queue.
+use super::auth::{StreamAuthz, ACCESS_DENIED};
 use super::bridge::{Bridge, HOLDER_CORE};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
+use crate::auth::Access;
 use crate::mesh::confirm::{Confirmation, Outcome, QUEUE_FULL};
 use crate::mesh::msg::{CoreId, CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubNo, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
@@ -80,13 +82,17 @@ fn error_result(message_id: String, e: &str) -> pb::SendQueueMessageResult {
 /// Messages sent to their owners, with the confirmations still to wait for.
 type InFlight = Vec<(pb::SendQueueMessageResult, Option<Confirmation>)>;
 
-/// Sends messages in order, all at once, without waiting (validation failures become in-band
-/// error results right away).
-fn start_all(b: &Bridge, messages: Vec<pb::QueueMessage>) -> InFlight {
+/// Sends messages in order, all at once, without waiting (validation failures, and messages
+/// `allowed` refuses, become in-band error results right away).
+fn start_all(b: &Bridge, messages: Vec<pb::QueueMessage>, allowed: &mut dyn FnMut(&pb::QueueMessage) -> bool) -> InFlight {
     let now_ns = now_unix_ns();
     let mut pending = Vec::with_capacity(messages.len());
     for m in messages {
         let id = m.message_id.clone();
+        if !allowed(&m) {
+            pending.push((error_result(id, ACCESS_DENIED), None));
+            continue;
+        }
         match prepare(b, m, now_ns) {
             Ok(p) => {
                 let owner = b.owner_of(Pattern::Queues, &p.msg.channel);
@@ -119,7 +125,8 @@ async fn finish_all(pending: InFlight) -> Vec<pb::SendQueueMessageResult> {
 /// Sends messages (all in flight at once) and reports one result per message. Validation and
 /// confirmation failures are in-band (`IsError`), as in KubeMQ.
 async fn send_all(b: &Bridge, messages: Vec<pb::QueueMessage>) -> Vec<pb::SendQueueMessageResult> {
-    finish_all(start_all(b, messages)).await
+    // The unary calls are authorized whole, before they get here.
+    finish_all(start_all(b, messages, &mut |_| true)).await
 }
 
 pub async fn send_one(b: &Bridge, m: pb::QueueMessage) -> pb::SendQueueMessageResult {
@@ -138,14 +145,21 @@ pub async fn send_batch(b: &Bridge, r: pb::QueueMessagesBatchRequest) -> Result<
 /// `QueuesUpstream`: one response per request, in request order. Pipelined: a reader sends
 /// each request's messages to their owners as it arrives, and a writer answers each request
 /// once its messages are confirmed, so a stream is not one round trip per request.
-pub fn upstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesUpstreamRequest>) -> BoxStream<pb::QueuesUpstreamResponse> {
+///
+/// With `--authz-file`, each message is checked (Write on its queue); a denied one gets its
+/// own error result (`IsError`, `Error: "access denied"`) beside the others' results.
+pub fn upstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesUpstreamRequest>, mut authz: StreamAuthz) -> BoxStream<pb::QueuesUpstreamResponse> {
     /// Requests sent and not yet answered (bounds what one stream has in flight).
     const WINDOW: usize = 1024;
     let (tx, rx) = mpsc::channel(256);
     let (in_flight, mut confirmed) = mpsc::channel::<(String, Result<InFlight, &'static str>)>(WINDOW);
     tokio::spawn(async move {
         while let Ok(Some(req)) = inbound.message().await {
-            let sent = if req.messages.is_empty() { Err("Error 131: request has no messages") } else { Ok(start_all(&b, req.messages)) };
+            let sent = if req.messages.is_empty() {
+                Err("Error 131: request has no messages")
+            } else {
+                Ok(start_all(&b, req.messages, &mut |m| authz.allows(&m.client_id, Pattern::Queues, &m.channel, Access::Write)))
+            };
             if in_flight.send((req.request_id, sent)).await.is_err() {
                 break;
             }
@@ -284,6 +298,9 @@ struct Downstream {
     answers: Mailbox<PullResult>,
     pending: HashMap<u64, PendingGet>,
     next_token: u64,
+    /// Each Get (Read on its queue), settlement (Read on the transaction's queue) and requeue
+    /// (Write on the target queue) is checked on its own.
+    authz: StreamAuthz,
 }
 
 fn error_reply(request_id: &str, kind: i32, error: String) -> pb::QueuesDownstreamResponse {
@@ -299,6 +316,9 @@ impl Downstream {
         let checked = validate::client_id(&r.client_id).and_then(|()| validate::queue(&r.channel));
         if let Err(e) = checked {
             return Some(error_reply(&r.request_id, kind::GET, e.message()));
+        }
+        if !self.authz.allows(&r.client_id, Pattern::Queues, &r.channel, Access::Read) {
+            return Some(error_reply(&r.request_id, kind::GET, ACCESS_DENIED.into()));
         }
         if r.wait_timeout < 0 || r.wait_timeout > validate::MAX_WAIT_SECONDS * 1000 {
             return Some(error_reply(&r.request_id, kind::GET, validate::BAD_WAIT.message()));
@@ -350,6 +370,11 @@ impl Downstream {
         let Some(txn) = transactions.get_mut(&r.ref_transaction_id) else {
             return Some(error_reply(&r.request_id, r.request_type_data, "Error 200: transaction is completed or transaction id not found".into()));
         };
+        // Transactions are shared by every stream (see `Transactions`): settling one takes
+        // Read on its queue, as getting its messages did.
+        if !self.authz.allows(&r.client_id, Pattern::Queues, &String::from_utf8_lossy(&txn.channel.0), Access::Read) {
+            return Some(error_reply(&r.request_id, r.request_type_data, ACCESS_DENIED.into()));
+        }
         let mut tags = Vec::new();
         let mut unknown = Vec::new();
         if range {
@@ -375,8 +400,11 @@ impl Downstream {
     }
 
     async fn handle(&mut self, r: pb::QueuesDownstreamRequest) {
-        let requeue_target = || -> Result<Settle, String> {
+        let requeue_target = |authz: &mut StreamAuthz| -> Result<Settle, String> {
             validate::queue(&r.re_queue_channel).map_err(|e| e.message())?;
+            if !authz.allows(&r.client_id, Pattern::Queues, &r.re_queue_channel, Access::Write) {
+                return Err(ACCESS_DENIED.into());
+            }
             Ok(Settle::Requeue(Box::new(convert::channel_of(&r.re_queue_channel))))
         };
         let reply = match r.request_type_data {
@@ -385,7 +413,7 @@ impl Downstream {
             kind::ACK_RANGE => self.settle(&r, Settle::Ack, true),
             kind::NACK_ALL => self.settle(&r, Settle::Nack, false),
             kind::NACK_RANGE => self.settle(&r, Settle::Nack, true),
-            kind::REQUEUE_ALL | kind::REQUEUE_RANGE => match requeue_target() {
+            kind::REQUEUE_ALL | kind::REQUEUE_RANGE => match requeue_target(&mut self.authz) {
                 Ok(action) => self.settle(&r, action, r.request_type_data == kind::REQUEUE_RANGE),
                 Err(e) => Some(error_reply(&r.request_id, r.request_type_data, e)),
             },
@@ -438,12 +466,14 @@ impl Downstream {
 }
 
 /// `QueuesDownstream`: Get replies always; settlements reply only on error; ActiveOffsets and
-/// TransactionStatus always; CloseByClient never (kubemq-grpc.md §7).
-pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamRequest>) -> BoxStream<pb::QueuesDownstreamResponse> {
+/// TransactionStatus always; CloseByClient never (kubemq-grpc.md §7). With `--authz-file`, a
+/// denied request gets an error reply (`IsError`, `Error: "access denied"`) and the stream
+/// goes on.
+pub fn downstream(b: Arc<Bridge>, mut inbound: Streaming<pb::QueuesDownstreamRequest>, authz: StreamAuthz) -> BoxStream<pb::QueuesDownstreamResponse> {
     let (out, rx) = mpsc::channel(256);
     let (answers, answered) = Mailbox::new();
     let holder = SubRef { core: HOLDER_CORE, conn: b.new_conn(), sub: SubNo(0) };
-    let mut ds = Downstream { b, holder, out, opened: HashSet::new(), channels: HashSet::new(), answers, pending: HashMap::new(), next_token: 0 };
+    let mut ds = Downstream { b, holder, out, opened: HashSet::new(), channels: HashSet::new(), answers, pending: HashMap::new(), next_token: 0, authz };
     tokio::spawn(async move {
         loop {
             tokio::select! {

@@ -8,7 +8,7 @@
 //! | `SendQueueMessage`, `SendQueueMessagesBatch`, `QueuesUpstream`, `QueuesDownstream`, `ReceiveQueueMessages`, `AckAllQueueMessages` | [`super::queues`] |
 //! | `QueuesInfo` | here, from the queues' channel list |
 //! | `StreamQueueMessage` (legacy; no current SDK calls it) | `UNIMPLEMENTED` at once, without reading the request stream |
-use super::auth::{authorize, refuse_unchecked_stream, CallIdentity};
+use super::auth::{authorize, CallIdentity, StreamAuthz};
 use super::bridge::{Bridge, Limits};
 use super::{events, pb, queues, rpc, BoxStream};
 use crate::auth::{Access, Auth};
@@ -44,6 +44,11 @@ impl KubemqService {
     fn check<T>(&self, r: &Request<T>, declared: &str, pattern: Pattern, channel: &str, access: Access) -> Result<(), Status> {
         authorize(&self.auth, r.extensions().get::<CallIdentity>(), declared, pattern, channel, access)
     }
+
+    /// The per-message checker of a stream call `r` (its messages name their channels).
+    fn stream_authz<T>(&self, r: &Request<T>) -> StreamAuthz {
+        StreamAuthz::new(&self.auth, r.extensions().get::<CallIdentity>())
+    }
 }
 
 /// The pattern a `Subscribe` names (unknown types are left to the handler to refuse).
@@ -67,8 +72,8 @@ impl pb::kubemq_server::Kubemq for KubemqService {
 
     type SendEventsStreamStream = BoxStream<pb::Result>;
     async fn send_events_stream(&self, r: Request<Streaming<pb::Event>>) -> Result<Response<Self::SendEventsStreamStream>, Status> {
-        refuse_unchecked_stream(&self.auth, "SendEventsStream")?;
-        Ok(Response::new(events::send_events_stream(Arc::clone(&self.bridge), r.into_inner())))
+        let authz = self.stream_authz(&r);
+        Ok(Response::new(events::send_events_stream(Arc::clone(&self.bridge), r.into_inner(), authz)))
     }
 
     type SubscribeToEventsStream = BoxStream<pb::EventReceive>;
@@ -135,14 +140,14 @@ impl pb::kubemq_server::Kubemq for KubemqService {
 
     type QueuesDownstreamStream = BoxStream<pb::QueuesDownstreamResponse>;
     async fn queues_downstream(&self, r: Request<Streaming<pb::QueuesDownstreamRequest>>) -> Result<Response<Self::QueuesDownstreamStream>, Status> {
-        refuse_unchecked_stream(&self.auth, "QueuesDownstream")?;
-        Ok(Response::new(queues::downstream(Arc::clone(&self.bridge), r.into_inner())))
+        let authz = self.stream_authz(&r);
+        Ok(Response::new(queues::downstream(Arc::clone(&self.bridge), r.into_inner(), authz)))
     }
 
     type QueuesUpstreamStream = BoxStream<pb::QueuesUpstreamResponse>;
     async fn queues_upstream(&self, r: Request<Streaming<pb::QueuesUpstreamRequest>>) -> Result<Response<Self::QueuesUpstreamStream>, Status> {
-        refuse_unchecked_stream(&self.auth, "QueuesUpstream")?;
-        Ok(Response::new(queues::upstream(Arc::clone(&self.bridge), r.into_inner())))
+        let authz = self.stream_authz(&r);
+        Ok(Response::new(queues::upstream(Arc::clone(&self.bridge), r.into_inner(), authz)))
     }
 
     async fn queues_info(&self, r: Request<pb::QueuesInfoRequest>) -> Result<Response<pb::QueuesInfoResponse>, Status> {
