@@ -477,3 +477,52 @@ fn a_second_gateway_cannot_share_a_port_the_first_holds() {
     assert_eq!(c.connect("1.2").command, "CONNECTED");
     drop(first);
 }
+
+/// A client that starts a TLS handshake and stalls (half a ClientHello, then silence) is closed
+/// once `--connect-timeout-s` has passed, and counted in
+/// `stompgate_tls_handshakes_failed_total`; another TLS client is served meanwhile, on the
+/// same single core. The gateway is a child process, so the counter is its own.
+#[test]
+fn a_stalled_handshake_is_closed_at_the_connect_timeout_and_counted_while_others_are_served() {
+    const TIMEOUT_S: u64 = 2;
+    let pki = Pki::new();
+    let server = pki.server("server");
+    let metrics = common::metrics::free_port();
+    let (metrics_arg, timeout_arg) = (metrics.to_string(), TIMEOUT_S.to_string());
+    let (gw, tls) = spawn_tls_gateway(&server, &["--connect-timeout-s", &timeout_arg, "--metrics-addr", &metrics_arg]);
+    let failed = || common::metrics::scrape_sum_at(metrics, "stompgate_tls_handshakes_failed_total");
+    assert_eq!(failed(), 0.0);
+
+    let mut stalled = TcpStream::connect(tls).unwrap();
+    // A handshake record announcing 512 bytes, and only the start of the ClientHello in it
+    // (type 1, length 508, version 3.3, 8 bytes of "random"): the server must wait for more.
+    stalled.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+    let stalled_at = Instant::now();
+
+    // Served meanwhile: a full handshake, CONNECT and a receipted SEND.
+    let mut other = TlsClient::open(tls, client_config(&pki, None));
+    assert_eq!(other.connect(None).command, "CONNECTED");
+    other.send("SEND", &[("destination", "/queue/tls-stall"), ("receipt", "s1")], "beside a stalled handshake").unwrap();
+    assert_eq!(other.frame().unwrap().header("receipt-id"), Some("s1"));
+    assert!(stalled_at.elapsed() < Duration::from_secs(TIMEOUT_S), "the served client was slower than the timeout itself; this run proves nothing");
+
+    // The stalled one ends (EOF or reset) at its deadline: not before (nothing was wrong with
+    // what it sent), and not much after (the bound states the promise, with slack for a loaded machine).
+    stalled.set_read_timeout(Some(Duration::from_secs(TIMEOUT_S) + PROMPT)).unwrap();
+    let mut buf = [0u8; 64];
+    let end = stalled.read(&mut buf);
+    let closed_after = stalled_at.elapsed();
+    assert!(matches!(end, Ok(0)) || end.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "closed, got {end:?}");
+    assert!(closed_after >= Duration::from_secs(TIMEOUT_S) - Duration::from_millis(100), "closed after {closed_after:?}, before --connect-timeout-s");
+    assert!(closed_after < Duration::from_secs(TIMEOUT_S) + Duration::from_secs(3), "closed only after {closed_after:?}");
+
+    // Counted once (the served client's handshake is not a failure). The exporter may publish
+    // a core's counters a moment later: wait, bounded.
+    let deadline = Instant::now() + PROMPT;
+    while failed() < 1.0 {
+        assert!(Instant::now() < deadline, "the stalled handshake was not counted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(failed(), 1.0);
+    drop(gw);
+}
