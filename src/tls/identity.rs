@@ -1,77 +1,17 @@
-//! The subject common name (CN, OID 2.5.4.3) of an X.509 certificate in DER, read with a
-//! minimal DER walk. The certificate has already been verified by rustls; this only locates
-//! one field, so a full X.509 parser (and its dependency tree) is not needed.
-//!
-//! Certificate = SEQUENCE { tbsCertificate, .. }; tbsCertificate = SEQUENCE { [0] version
-//! (optional), serialNumber, signature, issuer, validity, subject, .. }; a Name is a SEQUENCE
-//! of SETs of SEQUENCE { type OID, value }.
+//! The subject common name (CN, OID 2.5.4.3) of an X.509 certificate in DER. The certificate
+//! has already been verified by rustls; this only reads one field, with `x509-parser` (no
+//! hand-written ASN.1).
 
-const SEQUENCE: u8 = 0x30;
-const SET: u8 = 0x31;
-const OID: u8 = 0x06;
-const VERSION: u8 = 0xA0;
-/// 2.5.4.3 (id-at-commonName), DER-encoded.
-const COMMON_NAME: [u8; 3] = [0x55, 0x04, 0x03];
+use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// The bytes of the first CN of the subject, as encoded (UTF8String, PrintableString, ...).
+/// None when the certificate does not parse or its subject has no CN.
 pub fn common_name(cert: &[u8]) -> Option<&[u8]> {
-    let (tag, cert, _) = tlv(cert)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let (tag, mut tbs, _) = tlv(cert)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    if tbs.first() == Some(&VERSION) {
-        tbs = tlv(tbs)?.2;
-    }
-    // serialNumber, signature, issuer, validity: skipped.
-    for _ in 0..4 {
-        tbs = tlv(tbs)?.2;
-    }
-    let (tag, mut rdns, _) = tlv(tbs)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    while !rdns.is_empty() {
-        let (tag, mut set, rest) = tlv(rdns)?;
-        rdns = rest;
-        if tag != SET {
-            return None;
-        }
-        while !set.is_empty() {
-            let (_, attribute, rest) = tlv(set)?;
-            set = rest;
-            let (tag, oid, value) = tlv(attribute)?;
-            if tag == OID && oid == COMMON_NAME {
-                return Some(tlv(value)?.1);
-            }
-        }
-    }
-    None
-}
-
-/// One DER tag-length-value: (tag, contents, what follows). Single-byte tags only (all that
-/// the fields above use); lengths up to 4 bytes.
-fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, mut rest) = rest.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n].iter().fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-        rest = &rest[n..];
-        len
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
+    let (_, parsed) = X509Certificate::from_der(cert).ok()?;
+    // The field, not `subject()`: the accessor's lifetime is the parsed certificate's, the
+    // field's is the input's, which the returned bytes borrow.
+    let cn = parsed.tbs_certificate.subject.iter_common_name().next()?;
+    Some(cn.attr_value().data)
 }
 
 #[cfg(test)]
