@@ -30,9 +30,9 @@ def _token(key: bytes = SECRET, **claims) -> str:
     return jwt.encode(claims, key, algorithm="HS256")
 
 
-@pytest.fixture
-def gateway(tmp_path):
-    """A gateway with JWT authentication on STOMP and gRPC; yields it (its grpc_port set)."""
+def _jwt_gateway(tmp_path, extra: list[str]):
+    """Starts a gateway with JWT authentication on STOMP and gRPC plus `extra` flags; yields it
+    (its grpc_port set)."""
     key = tmp_path / "jwt.key"
     key.write_bytes(SECRET)
     port, gport = free_port(), free_port()
@@ -41,7 +41,7 @@ def gateway(tmp_path):
     log_path = REPO / "target" / "interop-logs" / f"stompgate-auth-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [str(gateway_binary()), "--stomp-addr", f"{HOST}:{port}", "--grpc-addr", f"{HOST}:{gport}",
-           "--cores", "2", "--auth-jwt-key", str(key), "--auth-jwt-alg", "HS256"]
+           "--cores", "2", "--auth-jwt-key", str(key), "--auth-jwt-alg", "HS256", *extra]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(REPO))
     gw = Gateway(port, proc, log_path, gport)
@@ -55,6 +55,29 @@ def gateway(tmp_path):
         stop_gateway(gw)
     finally:
         kill_gateway(gw)
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    """A gateway with JWT authentication on STOMP and gRPC."""
+    yield from _jwt_gateway(tmp_path, [])
+
+
+# sdk-alice may write and read queues `py-ok.*` and store events on `py-pub.*`; the auditor may
+# read every queue (to see what the denied sends did not do).
+RULES = r"""[
+    {"ClientID": "sdk-alice", "Queues": true, "Channel": "py-ok\\..*", "Read": true, "Write": true},
+    {"ClientID": "sdk-alice", "EventsStore": true, "Channel": "py-pub\\..*", "Read": true, "Write": true},
+    {"ClientID": "auditor", "Queues": true, "Read": true}
+]"""
+
+
+@pytest.fixture
+def ruled_gateway(tmp_path):
+    """A gateway with JWT authentication and the RULES above as its --authz-file."""
+    rules = tmp_path / "rules.json"
+    rules.write_text(RULES)
+    yield from _jwt_gateway(tmp_path, ["--authz-file", str(rules)])
 
 
 class _Listener(stomp.ConnectionListener):
@@ -151,3 +174,58 @@ def test_kubemq_sdk_with_the_same_jwt_on_grpc(gateway):
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value
         finally:
             q.close()
+
+
+def test_kubemq_sdk_stream_calls_are_checked_per_message(ruled_gateway):
+    """The SDK's stream-based paths (send_queue_message: QueuesUpstream; receive_queue_messages:
+    QueuesDownstream; send_event_store: SendEventsStream) with an allowed and a denied channel
+    on the same client: the denied one gets an in-band `access denied`, the allowed ones before
+    and after it go through."""
+    from kubemq.pubsub import Client as PubSubClient
+    from kubemq.pubsub import EventStoreMessage
+
+    token = _token(ClientID="sdk-alice")
+    ok_q, denied_q = f"py-ok.{uniq('q')}", f"py-secret.{uniq('q')}"
+    q = _queues(ruled_gateway.grpc_port, token)
+    try:
+        for body in (b"one", b"two"):
+            res = bounded(q.send_queue_message, QueueMessage(channel=ok_q, body=body), what="send allowed")
+            assert not res.is_error, res
+            denied = bounded(q.send_queue_message, QueueMessage(channel=denied_q, body=b"no"), what="send denied")
+            assert denied.is_error and denied.error == "access denied", denied
+        got = bounded(q.receive_queue_messages, ok_q, max_messages=5, wait_timeout_in_seconds=1,
+                      auto_ack=True, timeout=10, what="receive allowed")
+        assert not got.is_error, got.error
+        assert [m.body for m in got.messages] == [b"one", b"two"]
+        refused = bounded(q.receive_queue_messages, denied_q, max_messages=5, wait_timeout_in_seconds=1,
+                          auto_ack=True, timeout=10, what="receive denied")
+        assert refused.is_error and "access denied" in refused.error, refused
+        assert refused.messages == []
+        res = bounded(q.send_queue_message, QueueMessage(channel=ok_q, body=b"three"), what="send after")
+        assert not res.is_error, res
+        again = bounded(q.receive_queue_messages, ok_q, max_messages=5, wait_timeout_in_seconds=1,
+                        auto_ack=True, timeout=10, what="receive after")
+        assert [m.body for m in again.messages] == [b"three"], again
+    finally:
+        q.close()
+    # Nothing denied reached its queue.
+    auditor = _queues(ruled_gateway.grpc_port, _token(ClientID="auditor"))
+    try:
+        peeked = bounded(auditor.pull, denied_q, 10, 1, what="auditor pull")
+        assert list(peeked.messages) == []
+    finally:
+        auditor.close()
+
+    ps = bounded(PubSubClient, config=sdk_config(f"{HOST}:{ruled_gateway.grpc_port}", auth_token=token),
+                 what="PubSubClient()")
+    try:
+        pub, secret = f"py-pub.{uniq('e')}", f"py-secret.{uniq('e')}"
+        for channel, allowed in [(pub, True), (secret, False), (pub, True)]:
+            res = bounded(ps.send_event_store, EventStoreMessage(channel=channel, body=b"x"),
+                          what=f"send_event_store {channel}")
+            if allowed:
+                assert res.sent and not res.error, res
+            else:
+                assert not res.sent and res.error == "access denied", res
+    finally:
+        ps.close()
