@@ -398,6 +398,8 @@ fn grpc_streams_check_each_message_and_keep_serving_the_allowed_ones() {
             let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
             KubemqClient::new(channel)
         };
+        // tonic's interceptor signature fixes the error type.
+        #[allow(clippy::result_large_err)]
         let with_token = move |req: tonic::Request<()>| -> Result<tonic::Request<()>, tonic::Status> {
             let mut req = req;
             req.metadata_mut().insert("authorization", token.clone());
