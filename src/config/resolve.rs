@@ -110,10 +110,11 @@ impl Config {
                 other => return Err(invalid(source, format!("{other:?} is not one of fsync, write"))),
             },
         };
-        let sync_interval_us = match src.pick("store-sync-interval-us", &cli.store_sync_interval_us, Some(env::STORE_SYNC_INTERVAL_US), "store_sync_interval_us") {
-            None => d.sync_interval_us,
-            Some((raw, source)) => parse_uint(&raw, source, 0)?,
-        };
+        let sync_interval_us =
+            match src.pick("store-sync-interval-us", &cli.store_sync_interval_us, Some(env::STORE_SYNC_INTERVAL_US), "store_sync_interval_us") {
+                None => d.sync_interval_us,
+                Some((raw, source)) => parse_uint(&raw, source, 0)?,
+            };
         Ok(StoreConfig { dir, sync, sync_interval_us })
     }
 
