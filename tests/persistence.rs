@@ -231,3 +231,18 @@ fn a_torn_last_record_after_kill_9_is_cut_and_everything_before_it_survives() {
     assert!(now.len() > bytes.len(), "the SEND after the restart was appended here");
     assert_eq!(&now[bytes.len()..bytes.len() + 4], b"SGR1", "the next record starts right at the cut");
 }
+
+#[test]
+fn with_store_sync_write_receipted_messages_survive_kill_9() {
+    // `write`: the RECEIPT waits for write(2) only; the page cache outlives the process.
+    let store = TempStore::new("write");
+    let dest = "/queue/persist.write";
+    let args = ["--store-dir", store.arg(), "--store-sync", "write", "--store-sync-interval-us", "0"];
+    let gw = Gateway::spawn(&args, None);
+    let mut p = connected(&gw);
+    send_receipted(&mut p, dest, (0..50).map(|i| format!("w{i}")));
+    gw.stop();
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    assert_eq!(body_set(&c.subscribe_expect("s", dest, &[], 50)), (0..50).map(|i| format!("w{i}")).collect::<BTreeSet<_>>());
+}
