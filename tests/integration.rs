@@ -27,6 +27,7 @@ mod load_rpc;
 mod load_scenarios;
 mod memory_budgets;
 mod metrics_listener;
+mod persistence;
 mod queue_never_loses_or_duplicates;
 mod queues;
 mod receipts_errors;

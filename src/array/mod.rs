@@ -8,6 +8,7 @@
 //! without sockets or executors.
 pub mod events;
 pub mod log;
+pub mod persist;
 pub mod queue;
 pub mod rpc;
 pub mod store;

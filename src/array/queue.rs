@@ -34,6 +34,7 @@
 //! Pulls: a pull takes what is ready at once (up to its max) and answers; when nothing is
 //! ready it waits, first in line ahead of the push consumers, until a message arrives or its
 //! wait ends (checked every tick).
+use super::persist::{Journal, Replay};
 use super::Outbox;
 use crate::mesh::msg::{ChannelStats, CoreId, CoreMsg, PullMode, PullRequest, PullResult, Pulled, QueueMeta, Settle, SubRef, Ticket};
 use crate::model::{now_unix_ns, Channel, Message};
@@ -130,20 +131,24 @@ impl QueueChannel {
     /// The next deliverable entry of this queue (`name`): expired ones are discarded (counted
     /// in `expired`), ones past their receive limit dead-lettered. The returned entry has its
     /// receive count raised.
-    fn take_next(&mut self, name: &Channel, cores: usize, expired: &mut u32, out: &mut Outbox) -> Option<Entry> {
+    /// The delivery is journaled with its new count (see `persist`).
+    fn take_next(&mut self, name: &Channel, cores: usize, expired: &mut u32, journal: &mut Journal, out: &mut Outbox) -> Option<Entry> {
         let mut now_ns = None;
         while let Some(mut entry) = self.ready.pop_front() {
             if entry.expires_at_ns != 0 && entry.expires_at_ns <= *now_ns.get_or_insert_with(now_unix_ns) {
                 self.gone(&entry);
+                journal.gone(name, entry.seq);
                 *expired += 1;
                 continue;
             }
             if entry.receive_count >= entry.max_receive() {
                 self.gone(&entry);
+                journal.dead_lettered(name, entry.seq, entry.meta.as_deref().and_then(|m| m.dead_letter.as_ref()));
                 dead_letter(name, entry, cores, out);
                 continue;
             }
             entry.receive_count += 1;
+            journal.delivered(name, entry.seq, entry.receive_count);
             return Some(entry);
         }
         None
@@ -191,6 +196,9 @@ pub struct Queues {
     max_bytes: usize,
     /// SENDs refused at the depth limit, over every queue.
     refused_total: u64,
+    /// The records of what happened here, for the core to write (disabled with `--store-dir
+    /// off`). Public so the core can take the pending bytes.
+    pub journal: Journal,
 }
 
 /// Counters a test or a metrics endpoint can read.
@@ -203,7 +211,17 @@ pub struct QueueDepth {
 
 impl Queues {
     pub fn new(core: CoreId, cores: usize, ack_timeout: Duration) -> Self {
-        Queues { core, cores: cores.max(1), ack_timeout, next_tag: 1, channels: AHashMap::new(), max_messages: 0, max_bytes: 0, refused_total: 0 }
+        Queues {
+            core,
+            cores: cores.max(1),
+            ack_timeout,
+            next_tag: 1,
+            channels: AHashMap::new(),
+            max_messages: 0,
+            max_bytes: 0,
+            refused_total: 0,
+            journal: Journal::default(),
+        }
     }
 
     /// Sets the depth limit of every queue (messages, body bytes; 0 = unlimited).
@@ -211,6 +229,38 @@ impl Queues {
         self.max_messages = max_messages;
         self.max_bytes = max_bytes;
         self
+    }
+
+    /// Journals every change of every queue from now on (the persistent array).
+    pub fn with_journal(mut self) -> Self {
+        self.journal = Journal::enabled();
+        self
+    }
+
+    /// Rebuilds the queues a log replayed (before any other work): every live message in
+    /// sequence order, ready (or delayed while its delay lasts), with its receive count;
+    /// sequences continue after the highest logged. The depth limit is not applied: nothing
+    /// that was accepted is dropped. Returns how many messages came back.
+    pub fn restore(&mut self, replay: Replay) -> usize {
+        let now_ns = now_unix_ns();
+        let mut restored = 0;
+        for (name, max_seq, live) in replay.into_queues() {
+            let ch = self.channels.entry(name).or_default();
+            ch.next_seq = ch.next_seq.max(max_seq);
+            for r in live {
+                restored += 1;
+                ch.depth_bytes += r.msg.body.len();
+                let delayed_to = r.meta.as_deref().map_or(0, |m| m.delayed_to_ns);
+                let entry = Entry { msg: r.msg, receive_count: r.receive_count, seq: r.seq, expires_at_ns: r.expires_at_ns, meta: r.meta };
+                if delayed_to > now_ns {
+                    let at = ch.delayed.partition_point(|(due, _)| *due <= delayed_to);
+                    ch.delayed.insert(at, (delayed_to, entry));
+                } else {
+                    ch.ready.push_back(entry);
+                }
+            }
+        }
+        restored
     }
 
     /// SENDs refused at the depth limit, for tests and metrics.
@@ -250,6 +300,7 @@ impl Queues {
         ch.bytes += msg.body.len() as u64;
         let expires_at_ns = meta.as_deref().map_or(0, |m| m.expires_at_ns);
         let delayed_to = meta.as_deref().map_or(0, |m| m.delayed_to_ns);
+        self.journal.message(&msg, ch.next_seq, expires_at_ns, meta.as_deref());
         let entry = Entry { msg, receive_count: 0, seq: ch.next_seq, expires_at_ns, meta };
         if delayed_to > 0 && delayed_to > now_unix_ns() {
             let at = ch.delayed.partition_point(|(due, _)| *due <= delayed_to);
@@ -315,6 +366,10 @@ impl Queues {
             };
             if !stays {
                 ch.gone(&f.entry);
+                match action {
+                    Settle::Nack => self.journal.dead_lettered(channel, f.entry.seq, f.entry.meta.as_deref().and_then(|m| m.dead_letter.as_ref())),
+                    _ => self.journal.gone(channel, f.entry.seq),
+                }
             }
             match action {
                 Settle::Ack => {}
@@ -352,6 +407,7 @@ impl Queues {
             let purged = ch.ready.len() as u64;
             for e in std::mem::take(&mut ch.ready) {
                 ch.gone(&e);
+                self.journal.gone(&channel, e.seq);
             }
             req.reply.send(PullResult { token: req.token, purged, ..PullResult::default() });
             self.pump(&channel, now, out);
@@ -478,7 +534,7 @@ impl Queues {
                 PullMode::Purge => {}
                 PullMode::Remove | PullMode::Reserve => {
                     while result.messages.len() < req.max as usize {
-                        let Some(entry) = ch.take_next(channel, cores, &mut result.expired, out) else { break };
+                        let Some(entry) = ch.take_next(channel, cores, &mut result.expired, &mut self.journal, out) else { break };
                         let tag = self.next_tag;
                         self.next_tag += 1;
                         result.messages.push(entry.pulled(tag));
@@ -486,6 +542,7 @@ impl Queues {
                             ch.inflight.insert(tag, Inflight { entry, consumer: req.holder });
                         } else {
                             ch.gone(&entry);
+                            self.journal.gone(channel, entry.seq);
                         }
                     }
                     if result.messages.is_empty() {
@@ -520,7 +577,7 @@ impl Queues {
             let Some(i) = (0..n).map(|k| (ch.turn + k) % n).find(|&i| ch.consumers[i].inflight < ch.consumers[i].prefetch) else {
                 return;
             };
-            let Some(entry) = ch.take_next(channel, cores, &mut expired, out) else { return };
+            let Some(entry) = ch.take_next(channel, cores, &mut expired, &mut self.journal, out) else { return };
             ch.turn = (i + 1) % n;
             let consumer = &mut ch.consumers[i];
             consumer.inflight += 1;
@@ -538,8 +595,9 @@ impl Queues {
     pub fn delete(&mut self, channel: &Channel, out: &mut Outbox) -> usize {
         let Some(ch) = self.channels.get_mut(channel) else { return 0 };
         let dropped = ch.ready.len() + ch.delayed.len();
-        ch.ready.clear();
-        ch.delayed.clear();
+        for e in ch.ready.drain(..).chain(ch.delayed.drain(..).map(|(_, e)| e)) {
+            self.journal.gone(channel, e.seq);
+        }
         // What is left is in flight.
         ch.depth_bytes = ch.inflight.values().map(|f| f.entry.msg.body.len()).sum();
         // Nothing is queued any more: confirm held receipts rather than strand their producers.

@@ -217,6 +217,26 @@ pub(super) struct Cli {
     #[arg(long, value_name = "IP:PORT|off")]
     pub(super) metrics_addr: Option<String>,
 
+    /// The persistent embedded array's store directory (created if missing; one subdirectory
+    /// per core and a lock file: a second process on the same directory fails at start).
+    /// Queue messages and their settlements are logged there and recovered at start. `off`
+    /// (the current default) keeps queues in memory only. Embedded array only. Env
+    /// STORE_STORE_PATH (KubeMQ's name). TOML key: store_dir.
+    #[arg(long, value_name = "DIR|off")]
+    pub(super) store_dir: Option<String>,
+
+    /// What a persistent queue SEND's RECEIPT (and gRPC send result) waits for: `fsync` (the
+    /// default: write(2) and fdatasync, survives a power loss) or `write` (write(2) only:
+    /// survives kill -9, not a power loss). Env STOMPGATE_STORE_SYNC. TOML key: store_sync.
+    #[arg(long, value_name = "fsync|write")]
+    pub(super) store_sync: Option<String>,
+
+    /// Group commit: the shortest time between two syncs of one core's log, in microseconds;
+    /// records arriving in between share the next write and fdatasync. Default 200. Env
+    /// STOMPGATE_STORE_SYNC_INTERVAL_US. TOML key: store_sync_interval_us.
+    #[arg(long, value_name = "US", allow_negative_numbers = true)]
+    pub(super) store_sync_interval_us: Option<String>,
+
     /// TOML file with any of the settings above; keys are the flag names with '-' → '_'
     /// (e.g. stomp_addr = "127.0.0.1:61613", cores = 2, cpus = "0,1", default_pattern = "queues",
     /// heartbeat_ms = 5000). Unknown keys are an error. Flags and env override the file.
@@ -262,6 +282,9 @@ mod tests {
             env::AUTH_JWT_KEY,
             env::AUTH_JWT_ALG,
             env::AUTHZ_FILE,
+            env::STORE_PATH,
+            env::STORE_SYNC,
+            env::STORE_SYNC_INTERVAL_US,
         ] {
             assert!(help.contains(name), "help lacks {name}");
         }

@@ -85,9 +85,40 @@ pub struct Config {
     pub array: ArrayMode,
     /// Prometheus metrics listener (`None` = off, the default).
     pub metrics_addr: Option<SocketAddr>,
+    /// The persistent embedded array's store (`--store-dir`, `--store-sync`,
+    /// `--store-sync-interval-us`); `dir: None` keeps every queue in memory only.
+    pub store: StoreConfig,
     /// Capacity of each cross-core ring. Not a setting: the default suits every deployment,
     /// and tests shrink it to reach the full-ring paths.
     pub mesh_ring: usize,
+}
+
+/// Where and how the embedded array persists its queues (issue 15).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The store directory (one subdirectory per core, a lock file); `None` = `off`.
+    pub dir: Option<std::path::PathBuf>,
+    /// What a persistent SEND's RECEIPT waits for.
+    pub sync: StoreSync,
+    /// Shortest time between two syncs of one core's log, in µs: records that arrive in
+    /// between share the next write and sync (group commit).
+    pub sync_interval_us: u64,
+}
+
+/// `--store-sync`: how durable a record is before its confirmation goes out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreSync {
+    /// `write(2)` and `fdatasync`: survives a power loss.
+    Fsync,
+    /// `write(2)` only (in the page cache): survives `kill -9`, not a power loss.
+    Write,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        // Off until recovery is complete (issue 15); the issue's target default is `./store`.
+        StoreConfig { dir: None, sync: StoreSync::Fsync, sync_interval_us: 200 }
+    }
 }
 
 /// The gRPC listener's certificate chain and key (both PEM files, read at start-up).
@@ -172,6 +203,7 @@ impl Default for Config {
             auth: crate::auth::Auth::default(),
             array: ArrayMode::Embedded,
             metrics_addr: None,
+            store: StoreConfig::default(),
             mesh_ring: 8192,
         }
     }

@@ -4,7 +4,7 @@
 use super::flags::Cli;
 use super::sources::{env, File, Source, Sources};
 use super::values::{invalid, parse_addr, parse_default_pattern, parse_port, parse_uint, text};
-use super::{ArrayMode, Config, RemoteArray, ServerTls, StompTls};
+use super::{ArrayMode, Config, RemoteArray, ServerTls, StompTls, StoreConfig, StoreSync};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 
@@ -85,8 +85,37 @@ impl Config {
                     addr => Some(parse_addr(addr, source)?),
                 },
             },
+            store: Self::resolve_store(&src)?,
             mesh_ring: Config::default().mesh_ring,
         })
+    }
+
+    /// `--store-dir` (a path or `off`), `--store-sync`, `--store-sync-interval-us`.
+    fn resolve_store<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>) -> Result<StoreConfig, String> {
+        let cli = src.cli;
+        let d = StoreConfig::default();
+        let dir = match src.pick("store-dir", &cli.store_dir, Some(env::STORE_PATH), "store_dir") {
+            None => d.dir,
+            Some((raw, source)) => match text(&raw, source)?.trim() {
+                "off" => None,
+                "" => return Err(invalid(source, "expected a directory or off")),
+                path => Some(std::path::PathBuf::from(path)),
+            },
+        };
+        let sync = match src.pick("store-sync", &cli.store_sync, Some(env::STORE_SYNC), "store_sync") {
+            None => d.sync,
+            Some((raw, source)) => match text(&raw, source)?.trim() {
+                "fsync" => StoreSync::Fsync,
+                "write" => StoreSync::Write,
+                other => return Err(invalid(source, format!("{other:?} is not one of fsync, write"))),
+            },
+        };
+        let sync_interval_us =
+            match src.pick("store-sync-interval-us", &cli.store_sync_interval_us, Some(env::STORE_SYNC_INTERVAL_US), "store_sync_interval_us") {
+                None => d.sync_interval_us,
+                Some((raw, source)) => parse_uint(&raw, source, 0)?,
+            };
+        Ok(StoreConfig { dir, sync, sync_interval_us })
     }
 
     /// `--grpc-tls-cert` and `--grpc-tls-key`: both or neither, each a readable file.

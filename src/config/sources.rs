@@ -33,10 +33,15 @@ pub mod env {
     pub const AUTH_JWT_KEY: &str = "STOMPGATE_AUTH_JWT_KEY";
     pub const AUTH_JWT_ALG: &str = "STOMPGATE_AUTH_JWT_ALG";
     pub const AUTHZ_FILE: &str = "STOMPGATE_AUTHZ_FILE";
+    /// The store directory: KubeMQ's own name for its store path.
+    pub const STORE_PATH: &str = "STORE_STORE_PATH";
+    /// How the store syncs: no KubeMQ counterpart, our own names.
+    pub const STORE_SYNC: &str = "STOMPGATE_STORE_SYNC";
+    pub const STORE_SYNC_INTERVAL_US: &str = "STOMPGATE_STORE_SYNC_INTERVAL_US";
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 34] = [
+pub const TOML_KEYS: [&str; 37] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -71,6 +76,9 @@ pub const TOML_KEYS: [&str; 34] = [
     "auth_jwt_key",
     "auth_jwt_alg",
     "authz_file",
+    "store_dir",
+    "store_sync",
+    "store_sync_interval_us",
 ];
 
 /// Where a raw value came from; its `Display` names the setting as the user wrote it.

@@ -146,6 +146,7 @@ fn each_env_name() {
             auth: crate::auth::Auth::default(),
             array: ArrayMode::Embedded,
             metrics_addr: None,
+            store: crate::config::StoreConfig::default(),
             mesh_ring: 8192,
         }
     );
@@ -222,6 +223,7 @@ metrics_addr = "127.0.0.1:9100"
             auth: crate::auth::Auth::default(),
             array: ArrayMode::Embedded,
             metrics_addr: Some("127.0.0.1:9100".parse().unwrap()),
+            store: crate::config::StoreConfig::default(),
             mesh_ring: 8192,
         }
     );
@@ -477,4 +479,23 @@ fn auth_settings_are_checked_at_start_up() {
     let c = parse(&["--config", file.path()]).unwrap();
     assert_eq!(c.auth.jwt.as_ref().map(|j| j.alg()), Some(crate::auth::JwtAlg::HS384));
     assert!(c.auth.authz.is_some());
+}
+
+#[test]
+fn store_settings_from_flag_env_and_file() {
+    use crate::config::{StoreConfig, StoreSync};
+    use std::path::PathBuf;
+    assert_eq!(parse(&[]).unwrap().store, StoreConfig { dir: None, sync: StoreSync::Fsync, sync_interval_us: 200 }, "off by default for now");
+    let c = parse(&["--store-dir", "/tmp/sg", "--store-sync", "write", "--store-sync-interval-us", "0"]).unwrap();
+    assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("/tmp/sg")), sync: StoreSync::Write, sync_interval_us: 0 });
+    assert_eq!(parse(&["--store-dir", "off"]).unwrap().store.dir, None);
+    let c = parse_env(&[], &[("STORE_STORE_PATH", "/var/sg"), ("STOMPGATE_STORE_SYNC", "fsync"), ("STOMPGATE_STORE_SYNC_INTERVAL_US", "50")]).unwrap();
+    assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("/var/sg")), sync: StoreSync::Fsync, sync_interval_us: 50 });
+    assert_eq!(parse_env(&["--store-dir", "off"], &[("STORE_STORE_PATH", "/var/sg")]).unwrap().store.dir, None, "flag over env");
+    let file = TempToml::new("store_dir = \"./st\"\nstore_sync = \"write\"\nstore_sync_interval_us = 7\n");
+    let c = parse(&["--config", file.path()]).unwrap();
+    assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("./st")), sync: StoreSync::Write, sync_interval_us: 7 });
+    assert!(err(&["--store-sync", "always"], &[]).starts_with("invalid --store-sync: \"always\""));
+    assert!(err(&["--store-sync-interval-us", "-3"], &[]).starts_with("invalid --store-sync-interval-us: "));
+    assert!(err(&["--store-dir", ""], &[]).starts_with("invalid --store-dir: "));
 }

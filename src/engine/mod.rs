@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod completion;
 pub mod dispatch;
+pub mod durable;
 pub mod endpoint;
 pub mod event;
 pub mod metrics;
@@ -54,6 +55,8 @@ pub struct Core {
     local: RefCell<VecDeque<CoreMsg>>,
     draining: Cell<bool>,
     backend: Backend,
+    /// The embedded shard's log and its group commit (`--store-dir`); `None` in memory.
+    durable: Option<durable::Durable>,
     /// Client connections on this core, by id.
     endpoints: RefCell<AHashMap<ConnId, Rc<dyn Endpoint>>>,
     /// Delivery targets outside the cores (gRPC subscribers and requesters), by the
@@ -72,13 +75,29 @@ pub struct Core {
 
 impl Core {
     /// A core with an embedded array shard, or (with `egress`) in front of a remote array.
-    pub fn new(id: CoreId, cores: usize, cfg: Arc<Config>, shared: Arc<Shared>, senders: Senders<CoreMsg>, egress: Option<crate::egress::Link>) -> Rc<Core> {
+    /// With `store` (the embedded array's opened log, [`durable::open`]) the shard's queues
+    /// are restored from it and journaled from now on.
+    pub fn new(
+        id: CoreId,
+        cores: usize,
+        cfg: Arc<Config>,
+        shared: Arc<Shared>,
+        senders: Senders<CoreMsg>,
+        egress: Option<crate::egress::Link>,
+        store: Option<durable::Opened>,
+    ) -> Rc<Core> {
+        let mut durable = None;
         let backend = match egress {
             Some(link) => Backend::Remote(link),
-            None => Backend::Embedded(RefCell::new(
-                Shard::new(id, cores, std::time::Duration::from_secs(cfg.queue_ack_timeout_s))
-                    .with_queue_depth_limit(cfg.queue_max_messages, cfg.queue_max_bytes),
-            )),
+            None => {
+                let mut shard = Shard::new(id, cores, std::time::Duration::from_secs(cfg.queue_ack_timeout_s))
+                    .with_queue_depth_limit(cfg.queue_max_messages, cfg.queue_max_bytes);
+                if let Some(opened) = store {
+                    shard.queues = shard.queues.with_journal();
+                    durable = Some(durable::Durable::start(opened, &cfg, id, &mut shard));
+                }
+                Backend::Embedded(RefCell::new(shard))
+            }
         };
         Rc::new(Core {
             id,
@@ -95,6 +114,7 @@ impl Core {
             local: RefCell::new(VecDeque::new()),
             draining: Cell::new(false),
             backend,
+            durable,
             endpoints: RefCell::new(AHashMap::new()),
             sinks: RefCell::new(AHashMap::new()),
             completions: RefCell::new(Completions::default()),
@@ -201,6 +221,7 @@ impl Core {
         if let Some(msg) = self.backend.apply(msg, self.cores, &mut out) {
             self.deliver(msg, &mut out);
         }
+        self.hold_for_log(&mut out);
         self.dispatch_all(&mut out);
         *self.scratch_out.borrow_mut() = out;
     }
@@ -300,6 +321,7 @@ impl Core {
         let now = Instant::now();
         let mut out = Outbox::new();
         self.backend.tick(now, &mut out);
+        self.hold_for_log(&mut out);
         self.dispatch_all(&mut out);
         for endpoint in self.all_endpoints() {
             endpoint.tick(self, now);

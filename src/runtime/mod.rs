@@ -46,6 +46,8 @@ pub struct Server {
     shared: Arc<Shared>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
     array: ArrayHandle,
+    /// The embedded array's store directory, locked for this server's life.
+    _store: Option<crate::array::persist::StoreDir>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +62,9 @@ pub enum StartError {
     NoListener,
     #[error("cannot start core on CPU {cpu}: {reason}")]
     Executor { cpu: usize, reason: String },
+    /// `--store-dir`: locked by another process, not writable, or from another core count.
+    #[error("{0}")]
+    Store(String),
 }
 
 impl Server {
@@ -74,6 +79,14 @@ impl Server {
         let specs = Arc::new(plan.specs.clone());
         let shared = Arc::new(Shared::default());
         let cores = cfg.cpus.len();
+        // The store is the embedded array's: a gateway in front of a remote array keeps none.
+        let store = match (&cfg.store.dir, &cfg.array) {
+            (Some(dir), crate::config::ArrayMode::Embedded) => {
+                crate::array::persist::check_body_limit(cfg.max_body_size).map_err(StartError::Store)?;
+                Some(crate::array::persist::StoreDir::open(dir, cores).map_err(StartError::Store)?)
+            }
+            _ => None,
+        };
         let mesh = MeshBuilder::<CoreMsg, _>::full(cores, cfg.mesh_ring);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), StartError>>();
         let mut threads = Vec::with_capacity(cores);
@@ -105,7 +118,7 @@ impl Server {
             }
         }
         drop(plan);
-        let server = Server { stomp_addr, stomp_plain_addr, stomp_tls_addr, tls, shared, threads, array };
+        let server = Server { stomp_addr, stomp_plain_addr, stomp_tls_addr, tls, shared, threads, array, _store: store };
         if let Some(e) = first_err {
             server.shutdown();
             return Err(e);
@@ -340,7 +353,17 @@ async fn run_core(
             }
         },
     };
-    let core = Core::new(id, cores, cfg, Arc::clone(&shared), senders, egress);
+    let store = match egress {
+        Some(_) => None,
+        None => match crate::engine::durable::open(&cfg, id) {
+            Ok(store) => store,
+            Err(reason) => {
+                let _ = ready.send(Err(StartError::Store(reason)));
+                return;
+            }
+        },
+    };
+    let core = Core::new(id, cores, cfg, Arc::clone(&shared), senders, egress, store);
     let _ = ready.send(Ok(()));
     tracing::debug!(core = %id, listeners = ?specs.iter().map(|s| s.addr).collect::<Vec<_>>(), "core listening");
 

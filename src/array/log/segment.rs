@@ -270,6 +270,22 @@ impl SegmentLog {
         Ok(())
     }
 
+    /// Starts a sync of every batch appended so far, to be finished by [`PendingSync::run`]
+    /// — on another thread if the caller likes (its files are duplicated descriptors): the
+    /// core writes on its own thread and waits for the device elsewhere. Same contract as
+    /// [`sync`](Self::sync): a failed run means every batch since the last good sync may be
+    /// lost.
+    ///
+    /// # Errors
+    /// Duplicating the active segment's descriptor failed (nothing was reset).
+    pub fn begin_sync(&mut self) -> io::Result<PendingSync> {
+        let active = if self.unsynced_bytes > 0 { Some(self.active.try_clone()?) } else { None };
+        let pending = PendingSync { closed: std::mem::take(&mut self.closed_unsynced), active, dir: self.dir_unsynced.then(|| self.dir.clone()) };
+        self.unsynced_bytes = 0;
+        self.dir_unsynced = false;
+        Ok(pending)
+    }
+
     /// Deletes segment `id`, which the caller knows holds only records it no longer needs, and
     /// syncs the directory so the deletion is not undone by a power loss (see the module doc:
     /// deletion order matters).
@@ -321,6 +337,36 @@ impl SegmentLog {
         self.segments.insert(next, 0);
         self.dir_unsynced = true;
         Ok(())
+    }
+}
+
+/// The syscalls of one sync, detached from the log (see [`SegmentLog::begin_sync`]).
+#[derive(Debug)]
+pub struct PendingSync {
+    closed: Vec<File>,
+    active: Option<File>,
+    dir: Option<PathBuf>,
+}
+
+impl PendingSync {
+    /// Whether there is nothing to make durable.
+    pub fn is_empty(&self) -> bool {
+        self.closed.is_empty() && self.active.is_none() && self.dir.is_none()
+    }
+
+    /// `fdatasync` of every segment written since the last sync, then the directory's `fsync`
+    /// if a segment was created.
+    ///
+    /// # Errors
+    /// The first failed sync.
+    pub fn run(self) -> io::Result<()> {
+        for file in self.closed.iter().chain(self.active.iter()) {
+            file.sync_data()?;
+        }
+        match &self.dir {
+            Some(dir) => sync_dir(dir),
+            None => Ok(()),
+        }
     }
 }
 

@@ -1,0 +1,387 @@
+//! The persistent embedded array's glue between the queues and the per-core log (issue 15):
+//! the store directory with its lock ([`StoreDir`]), the [`Journal`] a shard encodes its
+//! records into (the shard still does no I/O: the core writes the journal's bytes, see
+//! `engine::durable`), and the replay that rebuilds queues from a log ([`Replay`]).
+//!
+//! # What is logged, and what recovery makes of it
+//! * A queue message, when its queue accepts it: a `QueueMessage` record (body, tags, policy,
+//!   the queue's sequence).
+//! * Each delivery (push or reserving pull): a `Requeue { receive_count }` record with the
+//!   raised count. That is what recovery must restore if the process dies before the message
+//!   is settled: back in the queue after that many deliveries, so its next delivery carries
+//!   `redelivered:true` and the count goes on. A NACK within the receive limit, a release and
+//!   an ack timeout change nothing the log does not already say, so they write nothing.
+//! * A message leaving its queue for good (ACK, removing pull, purge, expiry, channel delete,
+//!   move to another queue): an `Ack` record; past its receive limit: a `DeadLetter` record
+//!   (its copy on the dead-letter queue is that queue's own `QueueMessage`, on its owner).
+//!
+//! On start every message without an `Ack` or `DeadLetter` comes back, in sequence order,
+//! with its last receive count. Queue sequences continue after the highest one logged, so a
+//! settlement in the log can never name a later message.
+//!
+//! # Core count
+//! Each core's log holds the queues that core owns (`owner_of(channel, cores)`). A restart with
+//! a different core count would give those queues other owners, so the store directory records
+//! its core count and a start with another one is refused with one line (re-deriving
+//! ownership, by handing records to their new owners, is left for later).
+use super::log::record::{self, Content, QueueMessage, QueueSettle, Record, Settlement};
+use crate::mesh::msg::QueueMeta;
+use crate::model::{Channel, Message, Tags};
+use ahash::AHashMap;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Size of one segment file: large enough that rollovers are rare, small enough that a
+/// segment is a cheap unit to scan at recovery.
+pub const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// An opened store directory: locked against a second process for as long as this lives.
+#[derive(Debug)]
+pub struct StoreDir {
+    root: PathBuf,
+    /// Holds the `flock`; the lock goes with the descriptor (also on `kill -9`).
+    _lock: File,
+}
+
+impl StoreDir {
+    /// Creates `root` if missing, takes its lock (failing at once if another process holds
+    /// it), checks it is writable, and records or checks the core count.
+    ///
+    /// # Errors
+    /// One line naming the directory and what is wrong.
+    pub fn open(root: &Path, cores: usize) -> Result<StoreDir, String> {
+        let shown = root.display();
+        fs::create_dir_all(root).map_err(|e| format!("cannot create the store directory {shown}: {e}"))?;
+        let lock_path = root.join("LOCK");
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|e| format!("cannot use the store directory {shown}: cannot create its lock file {}: {e}", lock_path.display()))?;
+        // SAFETY: flock on a descriptor this function owns; no memory is involved.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EWOULDBLOCK) => format!("the store directory {shown} is in use by another stompgate process (lock {})", lock_path.display()),
+                _ => format!("cannot lock the store directory {shown}: {e}"),
+            });
+        }
+        check_cores(root, cores)?;
+        Ok(StoreDir { root: root.to_path_buf(), _lock: lock })
+    }
+
+    /// The log directory of core `index`.
+    pub fn core_dir(&self, index: usize) -> PathBuf {
+        core_dir(&self.root, index)
+    }
+}
+
+/// The log directory of core `index` under the store directory `root`.
+pub fn core_dir(root: &Path, index: usize) -> PathBuf {
+    root.join(format!("core-{index}"))
+}
+
+/// The `CORES` file: written on the first start (which also proves the directory writable),
+/// compared on every later one.
+fn check_cores(root: &Path, cores: usize) -> Result<(), String> {
+    let path = root.join("CORES");
+    match File::open(&path) {
+        Ok(mut f) => {
+            let mut text = String::new();
+            f.read_to_string(&mut text).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            match text.trim().parse::<usize>() {
+                Ok(n) if n == cores => Ok(()),
+                Ok(n) => Err(format!(
+                    "the store directory {} was written by {n} cores and this start has {cores}: start with --cores {n} (a queue's owning core, and so its log, depends on the core count)",
+                    root.display()
+                )),
+                Err(_) => Err(format!("{} is not a core count: {:?}", path.display(), text.trim())),
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let tmp = root.join("CORES.tmp");
+            let write = || -> io::Result<()> {
+                let mut f = File::create(&tmp)?;
+                f.write_all(format!("{cores}\n").as_bytes())?;
+                f.sync_all()?;
+                fs::rename(&tmp, &path)?;
+                File::open(root)?.sync_all()
+            };
+            write().map_err(|e| format!("cannot write to the store directory {}: {e}", root.display()))
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// The records a shard produced and the core has not written yet. Disabled (`off`), every
+/// method is a no-op and nothing is kept.
+#[derive(Debug, Default)]
+pub struct Journal {
+    enabled: bool,
+    buf: Vec<u8>,
+}
+
+impl Journal {
+    pub fn enabled() -> Journal {
+        Journal { enabled: true, buf: Vec::new() }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Whether records wait to be written.
+    pub fn has_pending(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
+    /// Moves the pending records into `batch` (empty on return when `batch` was), keeping the
+    /// larger buffer here for reuse.
+    pub fn take(&mut self, batch: &mut Vec<u8>) {
+        batch.clear();
+        std::mem::swap(&mut self.buf, batch);
+    }
+
+    /// `msg` (sequence `seq` in its queue) was accepted.
+    pub fn message(&mut self, msg: &Message, seq: u64, expires_at_ns: i64, meta: Option<&QueueMeta>) {
+        if !self.enabled {
+            return;
+        }
+        let rec = Record::QueueMessage(QueueMessage {
+            channel: &msg.channel.0,
+            seq,
+            content: Content {
+                id: &msg.id,
+                client_id: &msg.client_id,
+                metadata: &msg.metadata,
+                body: &msg.body,
+                tags: msg.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect(),
+                timestamp_ns: msg.timestamp_ns,
+            },
+            expires_at_ns,
+            delayed_to_ns: meta.map_or(0, |m| m.delayed_to_ns),
+            max_receive: meta.map_or(0, |m| m.max_receive),
+            dead_letter: meta.and_then(|m| m.dead_letter.as_ref()).map(|c| c.0.as_ref()),
+            rerouted_from: meta.and_then(|m| m.rerouted_from.as_ref()).map(|c| c.0.as_ref()),
+        });
+        self.put(&rec);
+    }
+
+    /// The message `seq` of `channel` was delivered; it has had `receive_count` deliveries.
+    pub fn delivered(&mut self, channel: &Channel, seq: u64, receive_count: u32) {
+        self.settle(channel, seq, Settlement::Requeue { receive_count });
+    }
+
+    /// The message `seq` of `channel` left the queue for good.
+    pub fn gone(&mut self, channel: &Channel, seq: u64) {
+        self.settle(channel, seq, Settlement::Ack);
+    }
+
+    /// The message `seq` of `channel` went past its receive limit (to `target`, if any).
+    pub fn dead_lettered(&mut self, channel: &Channel, seq: u64, target: Option<&Channel>) {
+        self.settle(channel, seq, Settlement::DeadLetter { target: target.map(|c| c.0.as_ref()) });
+    }
+
+    fn settle(&mut self, channel: &Channel, seq: u64, settlement: Settlement<'_>) {
+        if self.enabled {
+            self.put(&Record::QueueSettle(QueueSettle { channel: &channel.0, seq, settlement }));
+        }
+    }
+
+    fn put(&mut self, rec: &Record<'_>) {
+        // Only a message over record::MAX_RECORD_BYTES can be refused, and a store is refused
+        // at start with a --max-body-size that allows one (`check_body_limit`).
+        if record::encode(rec, &mut self.buf).is_err() {
+            tracing::error!("queue record larger than the log's record limit: not persisted");
+        }
+    }
+}
+
+/// A start with a store must not accept a body whose record the log would refuse.
+pub fn check_body_limit(max_body_size: usize) -> Result<(), String> {
+    // Room for the id, tags and headers of the message beside its body.
+    let limit = record::MAX_RECORD_BYTES - (16 << 20);
+    if max_body_size > limit {
+        return Err(format!("--max-body-size {max_body_size} is larger than a persisted message may be ({limit} bytes) with --store-dir"));
+    }
+    Ok(())
+}
+
+/// A queue message rebuilt from the log.
+#[derive(Debug)]
+pub struct Recovered {
+    pub msg: Arc<Message>,
+    pub seq: u64,
+    pub receive_count: u32,
+    pub expires_at_ns: i64,
+    pub meta: Option<Box<QueueMeta>>,
+}
+
+/// The queues' state as a log replays: per queue, the messages still live, by sequence.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// By channel name (`Bytes`, so a settlement's borrowed name looks up without a copy).
+    queues: AHashMap<Bytes, QueueReplay>,
+    /// Settlements naming no live message (already settled, or noise): ignored.
+    pub orphan_settlements: u64,
+}
+
+#[derive(Debug, Default)]
+struct QueueReplay {
+    live: BTreeMap<u64, Recovered>,
+    max_seq: u64,
+}
+
+impl Replay {
+    /// Applies one record, in log order. Events-Store records are not queues': ignored here.
+    pub fn apply(&mut self, rec: &Record<'_>) {
+        match rec {
+            Record::QueueMessage(m) => {
+                let channel = Channel(Bytes::copy_from_slice(m.channel));
+                let q = self.queues.entry(channel.0.clone()).or_default();
+                q.max_seq = q.max_seq.max(m.seq);
+                q.live.insert(m.seq, recovered(channel, m));
+            }
+            Record::QueueSettle(s) => {
+                let live = self.queues.get_mut(s.channel).and_then(|q| match s.settlement {
+                    Settlement::Requeue { receive_count } => q.live.get_mut(&s.seq).map(|r| r.receive_count = receive_count),
+                    Settlement::Ack | Settlement::DeadLetter { .. } => q.live.remove(&s.seq).map(drop),
+                });
+                if live.is_none() {
+                    self.orphan_settlements += 1;
+                }
+            }
+            Record::StoreMessage(_) => {}
+        }
+    }
+
+    /// Messages still live, over every queue.
+    pub fn live(&self) -> usize {
+        self.queues.values().map(|q| q.live.len()).sum()
+    }
+
+    /// Every queue: its name, the highest sequence logged, and its live messages in order.
+    pub fn into_queues(self) -> impl Iterator<Item = (Channel, u64, Vec<Recovered>)> {
+        self.queues.into_iter().map(|(name, q)| (Channel(name), q.max_seq, q.live.into_values().collect()))
+    }
+}
+
+fn recovered(channel: Channel, m: &QueueMessage<'_>) -> Recovered {
+    let c = &m.content;
+    let msg = Message {
+        id: Bytes::copy_from_slice(c.id),
+        channel,
+        client_id: Bytes::copy_from_slice(c.client_id),
+        metadata: Bytes::copy_from_slice(c.metadata),
+        body: Bytes::copy_from_slice(c.body),
+        tags: Tags(c.tags.iter().map(|(k, v)| (Bytes::copy_from_slice(k), Bytes::copy_from_slice(v))).collect()),
+        timestamp_ns: c.timestamp_ns,
+        sequence: 0,
+    };
+    let has_meta = m.delayed_to_ns != 0 || m.max_receive != 0 || m.dead_letter.is_some() || m.rerouted_from.is_some();
+    let meta = has_meta.then(|| {
+        Box::new(QueueMeta {
+            expires_at_ns: m.expires_at_ns,
+            delayed_to_ns: m.delayed_to_ns,
+            max_receive: m.max_receive,
+            dead_letter: m.dead_letter.map(|d| Channel(Bytes::copy_from_slice(d))),
+            rerouted_from: m.rerouted_from.map(|d| Channel(Bytes::copy_from_slice(d))),
+        })
+    });
+    Recovered { msg: Arc::new(msg), seq: m.seq, receive_count: 0, expires_at_ns: m.expires_at_ns, meta }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(channel: &'static str, body: &str) -> Message {
+        Message {
+            id: Bytes::copy_from_slice(body.as_bytes()),
+            channel: Channel::from_static(channel),
+            client_id: Bytes::from_static(b"c"),
+            metadata: Bytes::new(),
+            body: Bytes::copy_from_slice(body.as_bytes()),
+            tags: Tags(vec![(Bytes::from_static(b"k"), Bytes::from_static(b"v"))]),
+            timestamp_ns: 7,
+            sequence: 0,
+        }
+    }
+
+    fn replay(buf: &[u8]) -> Replay {
+        let mut r = Replay::default();
+        let scan = super::super::log::segment::scan_segment(buf, |_, rec| r.apply(&rec));
+        assert_eq!(scan.good_len, buf.len());
+        r
+    }
+
+    #[test]
+    fn replay_keeps_unsettled_messages_with_their_receive_count() {
+        let mut j = Journal::enabled();
+        let q = Channel::from_static("q");
+        for (seq, body) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
+            j.message(&msg("q", body), seq, 0, None);
+        }
+        j.delivered(&q, 1, 1);
+        j.gone(&q, 1);
+        j.delivered(&q, 2, 1);
+        j.delivered(&q, 2, 2);
+        j.dead_lettered(&q, 3, None);
+        j.gone(&q, 99);
+        let mut batch = Vec::new();
+        j.take(&mut batch);
+        assert!(!j.has_pending());
+        let r = replay(&batch);
+        assert_eq!(r.orphan_settlements, 1);
+        let queues: Vec<_> = r.into_queues().collect();
+        assert_eq!(queues.len(), 1);
+        let (name, max_seq, live) = &queues[0];
+        assert_eq!((name, *max_seq), (&q, 4));
+        let got: Vec<(u64, &[u8], u32)> = live.iter().map(|r| (r.seq, r.msg.body.as_ref(), r.receive_count)).collect();
+        assert_eq!(got, [(2, &b"b"[..], 2), (4, &b"d"[..], 0)]);
+        assert_eq!(*live[0].msg, msg("q", "b"), "content survives the round trip");
+    }
+
+    #[test]
+    fn a_disabled_journal_keeps_nothing() {
+        let mut j = Journal::default();
+        j.message(&msg("q", "a"), 1, 0, None);
+        j.gone(&Channel::from_static("q"), 1);
+        assert!(!j.has_pending());
+    }
+
+    #[test]
+    fn policy_round_trips() {
+        let mut j = Journal::enabled();
+        let meta = QueueMeta { expires_at_ns: 5, delayed_to_ns: 6, max_receive: 3, dead_letter: Some(Channel::from_static("dlq")), rerouted_from: None };
+        j.message(&msg("q", "a"), 1, 5, Some(&meta));
+        let mut batch = Vec::new();
+        j.take(&mut batch);
+        let (_, _, live) = replay(&batch).into_queues().next().unwrap();
+        assert_eq!(live[0].expires_at_ns, 5);
+        assert_eq!(live[0].meta.as_deref(), Some(&meta));
+    }
+
+    #[test]
+    fn a_second_open_of_a_store_dir_fails_and_the_core_count_is_checked() {
+        let dir = std::env::temp_dir().join(format!("sg-storedir-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let first = StoreDir::open(&dir, 2).unwrap();
+        let err = StoreDir::open(&dir, 2).unwrap_err();
+        assert!(err.contains("in use by another stompgate process"), "{err}");
+        drop(first);
+        let err = StoreDir::open(&dir, 3).unwrap_err();
+        assert!(err.contains("written by 2 cores and this start has 3"), "{err}");
+        let again = StoreDir::open(&dir, 2).unwrap();
+        assert_eq!(again.core_dir(1), dir.join("core-1"));
+        drop(again);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

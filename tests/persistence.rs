@@ -1,0 +1,248 @@
+//! The persistent embedded array (issue 15), on real files with a real `kill -9`: a child
+//! gateway (`stompgate --store-dir DIR`) takes receipted queue SENDs and ACKs, is killed with
+//! SIGKILL (no shutdown code runs), and a new process on the same directory must deliver every
+//! receipted-but-unacknowledged message again — a delivered-but-unacked one with
+//! `redelivered:true` — and none that was acknowledged. Also: a second process on a directory
+//! in use, a read-only directory and another core count fail at start with one clear line; a
+//! torn last record (the tail a kill during a write leaves) is cut and the rest survives.
+//! RECEIPTs are the barriers: a RECEIPT of a SEND or ACK is sent only once its record is
+//! synced, so everything receipted before the kill is on disk.
+use crate::common;
+use common::child::Gateway;
+use common::flow::*;
+use common::stomp_client::{Client, Frame};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A fresh store directory under the system temp dir, removed when dropped.
+struct TempStore(PathBuf);
+
+impl TempStore {
+    fn new(name: &str) -> TempStore {
+        let dir = std::env::temp_dir().join(format!("sg-persist-{}-{name}-{}", std::process::id(), common::unique("d")));
+        let _ = std::fs::remove_dir_all(&dir);
+        TempStore(dir)
+    }
+    fn arg(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn connected(gw: &Gateway) -> Client {
+    let mut c = Client::open(gw.stomp_addr);
+    let f = c.connect("1.2");
+    assert_eq!(f.command, "CONNECTED", "{f:?}");
+    c
+}
+
+/// `n` SENDs to `dest`, each with a receipt, each RECEIPT awaited before the next.
+fn send_receipted(c: &mut Client, dest: &str, bodies: impl Iterator<Item = String>) {
+    for b in bodies {
+        assert!(c.send_sync("SEND", &[("destination", dest)], b.as_bytes()).is_empty());
+    }
+}
+
+fn body_set(frames: &[Frame]) -> BTreeSet<String> {
+    frames.iter().map(|f| f.body_str().to_owned()).collect()
+}
+
+/// Runs the gateway binary with `args` and expects it to exit at start: its status and stderr.
+fn start_fails(args: &[&str]) -> (std::process::ExitStatus, String) {
+    start_fails_as(args, None)
+}
+
+fn start_fails_as(args: &[&str], uid: Option<u32>) -> (std::process::ExitStatus, String) {
+    let port = common::metrics::free_port().to_string();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stompgate"));
+    cmd.args(["--grpc-addr", "off", "--stomp-addr", &port]).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    if let Some(uid) = uid {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(uid).gid(uid);
+    }
+    let mut child = cmd.spawn().expect("stompgate starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("stompgate {args:?} did not exit at start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status, err)
+}
+
+/// The newest segment file of core `core`'s log.
+fn last_segment(store: &Path, core: usize) -> PathBuf {
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(store.join(format!("core-{core}")))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segs.sort();
+    segs.pop().expect("a segment")
+}
+
+#[test]
+fn receipted_unacked_queue_messages_survive_kill_9_and_acked_ones_do_not_come_back() {
+    let store = TempStore::new("kill9");
+    let dest = "/queue/persist.kill9";
+    // 100 are delivered (the prefetch window, SubBuffSize) before the ACKs, 60 more as the
+    // ACKs free slots, 90 never.
+    let total = 250;
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut p = connected(&gw);
+    send_receipted(&mut p, dest, (0..total).map(|i| format!("m{i}")));
+    let mut c = connected(&gw);
+    let mut got = c.subscribe_expect("s", dest, &[("ack", "client-individual")], 100);
+    // The first 60 are acknowledged, the last ACK with a receipt (ACKs of one connection are
+    // logged in order, so its RECEIPT means all 60 are on disk).
+    let acks: Vec<String> = got[..60].iter().map(|f| f.header("ack").unwrap().to_owned()).collect();
+    for id in &acks[..59] {
+        c.send("ACK", &[("id", id)], b"");
+    }
+    got.extend(c.send_sync("ACK", &[("id", &acks[59])], b""));
+    got.extend(c.read_messages(160 - got.len()));
+    c.no_frame(Duration::from_millis(300));
+    // A receipted SEND elsewhere on the same core: its record follows the 160 deliveries'
+    // records in the log, so its RECEIPT means they are on disk too.
+    assert!(p.send_sync("SEND", &[("destination", "/queue/persist.kill9.barrier")], b"b").is_empty());
+    let acked: BTreeSet<String> = body_set(&got[..60]);
+    let delivered_unacked: BTreeSet<String> = body_set(&got[60..]);
+    assert_eq!((acked.len(), delivered_unacked.len()), (60, 100));
+    gw.stop(); // SIGKILL
+
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut c = connected(&gw);
+    // `auto`: acknowledged as written, so every message left can arrive at once.
+    let again = c.subscribe_expect("s", dest, &[], 190);
+    let bodies = body_set(&again);
+    assert_eq!(bodies.len(), 190, "no duplicates");
+    let expected: BTreeSet<String> = (0..total).map(|i| format!("m{i}")).filter(|b| !acked.contains(b)).collect();
+    assert_eq!(bodies, expected, "every receipted, unacknowledged message is back; no acknowledged one");
+    for f in &again {
+        let was_delivered = delivered_unacked.contains(f.body_str());
+        assert_eq!(f.header("redelivered") == Some("true"), was_delivered, "redelivered marks exactly the ones delivered before the kill: {f:?}");
+    }
+    let order: Vec<usize> = again.iter().map(|f| f.body_str()[1..].parse().unwrap()).collect();
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    assert_eq!(order, sorted, "the queue's order survives");
+    // Everything was acknowledged (auto); after a receipted barrier and another kill, nothing
+    // comes back.
+    assert!(c.send_sync("UNSUBSCRIBE", &[("id", "s")], b"").is_empty());
+    gw.stop();
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut c = connected(&gw);
+    assert!(c.subscribe_expect("s", dest, &[], 0).is_empty(), "all were acknowledged before the second kill");
+    drop(gw);
+}
+
+#[test]
+fn a_second_process_on_the_same_store_dir_fails_fast_with_one_line() {
+    let store = TempStore::new("lock");
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let (status, err) = start_fails(&["--cores", "1", "--store-dir", store.arg()]);
+    assert!(!status.success());
+    assert!(err.contains("is in use by another stompgate process"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("stompgate: ")).count(), 1, "one line: {err}");
+    // The first one is unharmed.
+    let mut c = connected(&gw);
+    assert!(c.send_sync("SEND", &[("destination", "/queue/persist.lock")], b"x").is_empty());
+    drop(gw);
+    // Its lock goes with it, also on SIGKILL: the next start works.
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut c = connected(&gw);
+    assert_eq!(body_set(&c.subscribe_expect("s", "/queue/persist.lock", &[], 1)), BTreeSet::from(["x".to_owned()]));
+}
+
+#[test]
+fn a_read_only_store_dir_fails_at_start_with_a_clear_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let store = TempStore::new("ro");
+    std::fs::create_dir_all(&store.0).unwrap();
+    std::fs::set_permissions(&store.0, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // root writes through permission bits: run the gateway as `nobody` then.
+    // SAFETY: geteuid has no preconditions.
+    let uid = (unsafe { libc::geteuid() } == 0).then_some(65534);
+    let (status, err) = start_fails_as(&["--cores", "1", "--store-dir", store.arg()], uid);
+    assert!(!status.success());
+    assert!(err.contains(&format!("store directory {}", store.arg())), "{err}");
+    assert!(err.contains("ermission denied"), "{err}");
+    std::fs::set_permissions(&store.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_restart_with_another_core_count_is_refused_with_one_line() {
+    let store = TempStore::new("cores");
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut c = connected(&gw);
+    assert!(c.send_sync("SEND", &[("destination", "/queue/persist.cores")], b"kept").is_empty());
+    gw.stop();
+    let (status, err) = start_fails(&["--cores", "2", "--store-dir", store.arg()]);
+    assert!(!status.success());
+    assert!(err.contains("was written by 1 cores and this start has 2"), "{err}");
+    // Nothing was lost by the refused start.
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut c = connected(&gw);
+    assert_eq!(body_set(&c.subscribe_expect("s", "/queue/persist.cores", &[], 1)), BTreeSet::from(["kept".to_owned()]));
+}
+
+#[test]
+fn a_torn_last_record_after_kill_9_is_cut_and_everything_before_it_survives() {
+    let store = TempStore::new("torn");
+    let dest = "/queue/persist.torn";
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut p = connected(&gw);
+    send_receipted(&mut p, dest, (0..20).map(|i| format!("t{i}")));
+    gw.stop();
+    // What a kill in the middle of a write leaves: the first part of one more record.
+    let seg = last_segment(&store.0, 0);
+    let bytes = std::fs::read(&seg).unwrap();
+    let first_record_len = 12 + u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+    let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
+    std::io::Write::write_all(&mut f, &bytes[..first_record_len / 2]).unwrap();
+    drop(f);
+
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut c = connected(&gw);
+    let got = c.subscribe_expect("s", dest, &[], 20);
+    assert_eq!(body_set(&got), (0..20).map(|i| format!("t{i}")).collect::<BTreeSet<_>>());
+    let mut p = connected(&gw);
+    assert!(p.send_sync("SEND", &[("destination", "/queue/persist.torn.after")], b"after").is_empty(), "the log takes appends after the cut");
+    let err = gw.stop();
+    assert!(err.contains("torn or corrupt tail"), "one line about the cut: {err}");
+    // The half record is gone: the good bytes are kept as they were, and the record appended
+    // after the restart starts right where they end.
+    let now = std::fs::read(&seg).unwrap();
+    assert_eq!(&now[..bytes.len()], &bytes[..]);
+    assert!(now.len() > bytes.len(), "the SEND after the restart was appended here");
+    assert_eq!(&now[bytes.len()..bytes.len() + 4], b"SGR1", "the next record starts right at the cut");
+}
+
+#[test]
+fn with_store_sync_write_receipted_messages_survive_kill_9() {
+    // `write`: the RECEIPT waits for write(2) only; the page cache outlives the process.
+    let store = TempStore::new("write");
+    let dest = "/queue/persist.write";
+    let args = ["--store-dir", store.arg(), "--store-sync", "write", "--store-sync-interval-us", "0"];
+    let gw = Gateway::spawn(&args, None);
+    let mut p = connected(&gw);
+    send_receipted(&mut p, dest, (0..50).map(|i| format!("w{i}")));
+    gw.stop();
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    assert_eq!(body_set(&c.subscribe_expect("s", dest, &[], 50)), (0..50).map(|i| format!("w{i}")).collect::<BTreeSet<_>>());
+}
