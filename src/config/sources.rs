@@ -33,10 +33,15 @@ pub mod env {
     pub const AUTH_JWT_KEY: &str = "STOMPGATE_AUTH_JWT_KEY";
     pub const AUTH_JWT_ALG: &str = "STOMPGATE_AUTH_JWT_ALG";
     pub const AUTHZ_FILE: &str = "STOMPGATE_AUTHZ_FILE";
+    /// STOMP over WebSocket: no KubeMQ counterpart, our own names (whole addresses).
+    pub const WS_ADDR: &str = "STOMPGATE_WS_ADDR";
+    pub const WS_PATH: &str = "STOMPGATE_WS_PATH";
+    pub const WS_TLS_ADDR: &str = "STOMPGATE_WS_TLS_ADDR";
+    pub const WS_ALLOWED_ORIGINS: &str = "STOMPGATE_WS_ALLOWED_ORIGINS";
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 34] = [
+pub const TOML_KEYS: [&str; 38] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -71,6 +76,10 @@ pub const TOML_KEYS: [&str; 34] = [
     "auth_jwt_key",
     "auth_jwt_alg",
     "authz_file",
+    "ws_addr",
+    "ws_path",
+    "ws_tls_addr",
+    "ws_allowed_origins",
 ];
 
 /// Where a raw value came from; its `Display` names the setting as the user wrote it.
