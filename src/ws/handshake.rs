@@ -110,14 +110,8 @@ fn respond(request: Option<&Request>, settings: &Settings) -> Result<Response<()
 /// The highest STOMP subprotocol among those the client offered (in any of its
 /// `Sec-WebSocket-Protocol` headers), if any.
 fn choose_subprotocol(request: &Request) -> Option<&'static str> {
-    let offered: Vec<&str> = request
-        .headers()
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect();
+    let offered: Vec<&str> =
+        request.headers().get_all(header::SEC_WEBSOCKET_PROTOCOL).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim).collect();
     SUBPROTOCOLS.into_iter().find(|p| offered.iter().any(|o| o.eq_ignore_ascii_case(p)))
 }
 

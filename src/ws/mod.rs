@@ -22,8 +22,9 @@ mod stream;
 
 pub use stream::{is_too_large, WsStream};
 
-/// Room for a STOMP frame's command and headers on top of the largest body, in one message.
-pub const HEADERS_ALLOWANCE: usize = 1 << 20;
+/// Room for a STOMP frame's command and headers on top of the largest body, in one message:
+/// the decoder's header limit (64 KiB) and 1 KiB for the command and EOLs.
+pub const HEADERS_ALLOWANCE: usize = 65 * 1024;
 
 /// What every WebSocket listener checks, from the configuration.
 #[derive(Clone, Debug)]
