@@ -124,7 +124,7 @@ fn origin_allowed(origin: Option<&HeaderValue>, allowed: &[String]) -> bool {
     let Some(origin) = origin else { return true };
     let Ok(origin) = origin.to_str() else { return false };
     let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
-    allowed.iter().any(|a| *a == origin)
+    allowed.contains(&origin)
 }
 
 async fn write_refusal(stream: &mut Stream, refusal: Refusal) -> std::io::Result<()> {
