@@ -27,3 +27,4 @@ pub mod stomp;
 pub mod telemetry;
 pub mod tls;
 pub mod wire;
+pub mod ws;

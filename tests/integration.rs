@@ -45,4 +45,5 @@ mod tag_mapping_props;
 mod tls;
 mod transactions;
 mod versions_escaping;
+mod websocket;
 mod wildcards;

@@ -48,6 +48,29 @@ pub(super) struct Cli {
     #[arg(long, value_name = "FILE")]
     pub(super) tls_client_ca: Option<String>,
 
+    /// STOMP over WebSocket listener (IP:PORT), or `off`. Default 0.0.0.0:15674. Env
+    /// STOMPGATE_WS_ADDR. TOML key: ws_addr.
+    #[arg(long, value_name = "IP:PORT|off")]
+    pub(super) ws_addr: Option<String>,
+
+    /// The HTTP path a WebSocket handshake must ask for (others get 404); must start with '/'.
+    /// Default /ws. Env STOMPGATE_WS_PATH. TOML key: ws_path.
+    #[arg(long, value_name = "PATH")]
+    pub(super) ws_path: Option<String>,
+
+    /// STOMP over secure WebSocket (wss) listener (IP:PORT), or `off`. Bound only when
+    /// --tls-cert and --tls-key are given (the same certificate as the STOMP TLS listener).
+    /// Default 0.0.0.0:15673. Env STOMPGATE_WS_TLS_ADDR. TOML key: ws_tls_addr.
+    #[arg(long, value_name = "IP:PORT|off")]
+    pub(super) ws_tls_addr: Option<String>,
+
+    /// Comma-separated origins a WebSocket handshake may come from, e.g.
+    /// https://app.example.com,http://localhost:8080; a handshake with another `Origin` gets
+    /// 403 (cross-site WebSocket hijacking); one without `Origin` (not a browser) is let in.
+    /// `*` or unset: any origin. Env STOMPGATE_WS_ALLOWED_ORIGINS. TOML key: ws_allowed_origins.
+    #[arg(long, value_name = "LIST")]
+    pub(super) ws_allowed_origins: Option<String>,
+
     /// Run on the first N online CPUs, one pinned executor each; N must be 1..=number of online
     /// CPUs. Default: all online CPUs. Conflicts with --cpus. No env. TOML key: cores.
     #[arg(long, value_name = "N", conflicts_with = "cpus", allow_negative_numbers = true)]
@@ -282,6 +305,10 @@ mod tests {
             env::AUTH_JWT_KEY,
             env::AUTH_JWT_ALG,
             env::AUTHZ_FILE,
+            env::WS_ADDR,
+            env::WS_PATH,
+            env::WS_TLS_ADDR,
+            env::WS_ALLOWED_ORIGINS,
             env::STORE_PATH,
             env::STORE_SYNC,
             env::STORE_SYNC_INTERVAL_US,

@@ -45,6 +45,18 @@ pub struct Config {
     pub stomp_tls_addr: Option<SocketAddr>,
     /// The STOMP TLS listener's certificate, key and optional client CA (`--tls-*`).
     pub stomp_tls: Option<StompTls>,
+    /// STOMP over WebSocket listener; `None` = off. `Config::default()` (embedders, the
+    /// in-process tests) leaves it off so that gateways in one process never share a fixed
+    /// port; the command line's default is [`DEFAULT_WS_ADDR`].
+    pub ws_addr: Option<SocketAddr>,
+    /// STOMP over secure WebSocket listener, bound only with `stomp_tls`; `None` = off.
+    /// Off in `Config::default()` as `ws_addr`; the command line's default is
+    /// [`DEFAULT_WS_TLS_ADDR`].
+    pub ws_tls_addr: Option<SocketAddr>,
+    /// The path a WebSocket handshake must ask for (default `/ws`).
+    pub ws_path: String,
+    /// Origins a WebSocket handshake may come from; empty = any.
+    pub ws_allowed_origins: Vec<String>,
     /// CPUs to run one pinned executor on (from `--cpus`, else the first `--cores` online CPUs,
     /// else all online CPUs). Never empty.
     pub cpus: Vec<usize>,
@@ -137,7 +149,18 @@ pub struct StompTls {
     pub client_ca_file: Option<std::path::PathBuf>,
 }
 
+/// The command line's default STOMP over WebSocket listener (RabbitMQ Web-STOMP's port).
+pub const DEFAULT_WS_ADDR: &str = "0.0.0.0:15674";
+/// The command line's default secure WebSocket listener.
+pub const DEFAULT_WS_TLS_ADDR: &str = "0.0.0.0:15673";
+
 impl Config {
+    /// The secure WebSocket listener's address, when it is to be bound (a certificate is
+    /// configured and `ws_tls_addr` is not off).
+    pub fn ws_tls_listener(&self) -> Option<SocketAddr> {
+        self.stomp_tls.as_ref().and(self.ws_tls_addr)
+    }
+
     /// The TLS listener's address, when it is to be bound (a certificate is configured and
     /// `--stomp-tls-addr` is not `off`).
     pub fn stomp_tls_listener(&self) -> Option<SocketAddr> {
@@ -180,6 +203,10 @@ impl Default for Config {
             stomp_plain: true,
             stomp_tls_addr: Some("0.0.0.0:61614".parse().unwrap()),
             stomp_tls: None,
+            ws_addr: None,
+            ws_tls_addr: None,
+            ws_path: "/ws".into(),
+            ws_allowed_origins: Vec::new(),
             cpus: vec![0],
             default_pattern: DefaultPattern::Events,
             heartbeat_ms: 10_000,

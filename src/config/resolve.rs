@@ -23,6 +23,32 @@ impl Config {
         };
         let stomp_tls_addr = Self::resolve_addr(&src, "stomp-tls-addr", &cli.stomp_tls_addr, env::STOMP_TLS_PORT, "stomp_tls_addr", d.stomp_tls_addr.unwrap())?;
         let stomp_tls = Self::resolve_stomp_tls(&src)?;
+        let ws_addr = Self::resolve_ws_addr(&src, "ws-addr", &cli.ws_addr, env::WS_ADDR, "ws_addr", super::DEFAULT_WS_ADDR)?;
+        let ws_tls_addr = Self::resolve_ws_addr(&src, "ws-tls-addr", &cli.ws_tls_addr, env::WS_TLS_ADDR, "ws_tls_addr", super::DEFAULT_WS_TLS_ADDR)?;
+        let ws_path = match src.pick("ws-path", &cli.ws_path, Some(env::WS_PATH), "ws_path") {
+            None => d.ws_path.clone(),
+            Some((raw, source)) => {
+                let p = text(&raw, source)?.trim();
+                if !p.starts_with('/') || p.contains(['?', '#', ' ']) {
+                    return Err(invalid(source, format!("{p:?} is not an absolute path (e.g. /ws)")));
+                }
+                p.to_string()
+            }
+        };
+        let ws_allowed_origins = match src.pick("ws-allowed-origins", &cli.ws_allowed_origins, Some(env::WS_ALLOWED_ORIGINS), "ws_allowed_origins") {
+            None => Vec::new(),
+            Some((raw, source)) => {
+                let list: Vec<String> = text(&raw, source)?.split(',').map(|o| o.trim().trim_end_matches('/').to_ascii_lowercase()).collect();
+                if list.iter().any(String::is_empty) {
+                    return Err(invalid(source, "an empty origin in the list (expected e.g. https://app.example.com,http://localhost:8080)"));
+                }
+                if list.iter().any(|o| o == "*") {
+                    Vec::new()
+                } else {
+                    list
+                }
+            }
+        };
         let cpus = Self::resolve_cpus(&src, online)?;
 
         let default_pattern = match src.pick("default-pattern", &cli.default_pattern, Some(env::DEFAULT_PATTERN), "default_pattern") {
@@ -47,6 +73,10 @@ impl Config {
             stomp_plain,
             stomp_tls_addr,
             stomp_tls,
+            ws_addr,
+            ws_tls_addr,
+            ws_path,
+            ws_allowed_origins,
             cpus,
             default_pattern,
             heartbeat_ms: uint!(heartbeat_ms, "heartbeat-ms", Some(env::HEARTBEAT_MS), 0),
@@ -247,6 +277,25 @@ impl Config {
                 (Some(a), _) => remote(false, a),
                 (_, Some(a)) => remote(true, a),
                 _ => Err(invalid(source, format!("{value:?} is not embedded, grpc://HOST:PORT or grpcs://HOST:PORT"))),
+            },
+        }
+    }
+
+    /// A WebSocket listener address, `None` for `off`: flag > env > file > `default` (the
+    /// env variable holds the whole address, unlike the KubeMQ port-only STOMP ones).
+    fn resolve_ws_addr<F: Fn(&str) -> Option<String>>(
+        src: &Sources<'_, F>,
+        flag: &'static str,
+        raw_flag: &Option<String>,
+        env_name: &'static str,
+        key: &'static str,
+        default: &str,
+    ) -> Result<Option<SocketAddr>, String> {
+        match src.pick(flag, raw_flag, Some(env_name), key) {
+            None => Ok(Some(default.parse().expect("a valid default address"))),
+            Some((raw, source)) => match text(&raw, source)?.trim() {
+                "off" => Ok(None),
+                a => parse_addr(a, source).map(Some),
             },
         }
     }

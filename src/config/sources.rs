@@ -33,6 +33,11 @@ pub mod env {
     pub const AUTH_JWT_KEY: &str = "STOMPGATE_AUTH_JWT_KEY";
     pub const AUTH_JWT_ALG: &str = "STOMPGATE_AUTH_JWT_ALG";
     pub const AUTHZ_FILE: &str = "STOMPGATE_AUTHZ_FILE";
+    /// STOMP over WebSocket: no KubeMQ counterpart, our own names (whole addresses).
+    pub const WS_ADDR: &str = "STOMPGATE_WS_ADDR";
+    pub const WS_PATH: &str = "STOMPGATE_WS_PATH";
+    pub const WS_TLS_ADDR: &str = "STOMPGATE_WS_TLS_ADDR";
+    pub const WS_ALLOWED_ORIGINS: &str = "STOMPGATE_WS_ALLOWED_ORIGINS";
     /// The store directory: KubeMQ's own name for its store path.
     pub const STORE_PATH: &str = "STORE_STORE_PATH";
     /// How the store syncs: no KubeMQ counterpart, our own names.
@@ -41,7 +46,7 @@ pub mod env {
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 37] = [
+pub const TOML_KEYS: [&str; 41] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -76,6 +81,10 @@ pub const TOML_KEYS: [&str; 37] = [
     "auth_jwt_key",
     "auth_jwt_alg",
     "authz_file",
+    "ws_addr",
+    "ws_path",
+    "ws_tls_addr",
+    "ws_allowed_origins",
     "store_dir",
     "store_sync",
     "store_sync_interval_us",

@@ -44,7 +44,10 @@ impl Drop for TempToml {
 #[test]
 fn defaults() {
     let c = parse(&[]).unwrap();
-    assert_eq!(c, Config { cpus: ONLINE.to_vec(), ..Config::default() });
+    // The WebSocket listeners are the one difference: on by default on the command line, off
+    // in `Config::default()` (see the field's doc).
+    let ws = |a: &str| Some(a.parse().unwrap());
+    assert_eq!(c, Config { cpus: ONLINE.to_vec(), ws_addr: ws(super::DEFAULT_WS_ADDR), ws_tls_addr: ws(super::DEFAULT_WS_TLS_ADDR), ..Config::default() });
     assert_eq!(c.stomp_addr, "0.0.0.0:61613".parse().unwrap());
     assert_eq!(c.default_pattern, DefaultPattern::Events);
     assert_eq!(c.heartbeat_ms, 10_000);
@@ -113,6 +116,10 @@ fn each_env_name() {
             ("STOMPGATE_PARTIAL_FRAMES_BUDGET", "10"),
             ("STOMPGATE_QUEUE_MAX_MESSAGES", "11"),
             ("STOMPGATE_QUEUE_MAX_BYTES", "12"),
+            ("STOMPGATE_WS_ADDR", "127.0.0.1:7004"),
+            ("STOMPGATE_WS_PATH", "/stomp"),
+            ("STOMPGATE_WS_TLS_ADDR", "off"),
+            ("STOMPGATE_WS_ALLOWED_ORIGINS", "https://a.example, http://localhost:8080/"),
         ],
     )
     .unwrap();
@@ -123,6 +130,10 @@ fn each_env_name() {
             stomp_plain: true,
             stomp_tls_addr: Some("0.0.0.0:7003".parse().unwrap()),
             stomp_tls: None,
+            ws_addr: Some("127.0.0.1:7004".parse().unwrap()),
+            ws_tls_addr: None,
+            ws_path: "/stomp".into(),
+            ws_allowed_origins: vec!["https://a.example".into(), "http://localhost:8080".into()],
             cpus: ONLINE.to_vec(),
             default_pattern: DefaultPattern::Store,
             heartbeat_ms: 0,
@@ -188,6 +199,10 @@ grpc_addr = "127.0.0.1:7101"
 grpc_threads = 2
 grpc_token = "s3cret"
 metrics_addr = "127.0.0.1:9100"
+ws_addr = "127.0.0.1:7103"
+ws_path = "/ws/stomp"
+ws_tls_addr = "127.0.0.1:7104"
+ws_allowed_origins = "*"
 "#
         .replace("CERT", concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")),
     );
@@ -200,6 +215,10 @@ metrics_addr = "127.0.0.1:9100"
             stomp_plain: true,
             stomp_tls_addr: Some("127.0.0.1:7102".parse().unwrap()),
             stomp_tls: Some(StompTls { cert_file: cert.clone(), key_file: cert.clone(), client_ca_file: Some(cert) }),
+            ws_addr: Some("127.0.0.1:7103".parse().unwrap()),
+            ws_tls_addr: Some("127.0.0.1:7104".parse().unwrap()),
+            ws_path: "/ws/stomp".into(),
+            ws_allowed_origins: Vec::new(),
             cpus: vec![0, 2, 3],
             default_pattern: DefaultPattern::Queues,
             heartbeat_ms: 5000,
@@ -479,6 +498,24 @@ fn auth_settings_are_checked_at_start_up() {
     let c = parse(&["--config", file.path()]).unwrap();
     assert_eq!(c.auth.jwt.as_ref().map(|j| j.alg()), Some(crate::auth::JwtAlg::HS384));
     assert!(c.auth.authz.is_some());
+}
+
+#[test]
+fn websocket_defaults_and_bad_values() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.ws_addr, Some("0.0.0.0:15674".parse().unwrap()));
+    assert_eq!(c.ws_tls_addr, Some("0.0.0.0:15673".parse().unwrap()));
+    assert_eq!(c.ws_path, "/ws");
+    assert!(c.ws_allowed_origins.is_empty(), "default: any origin");
+    assert_eq!(c.ws_tls_listener(), None, "no wss without a certificate");
+    let off = parse(&["--ws-addr", "off", "--ws-tls-addr", "off"]).unwrap();
+    assert_eq!((off.ws_addr, off.ws_tls_addr), (None, None));
+    let e = parse(&["--ws-path", "ws"]).unwrap_err();
+    assert!(e.starts_with("invalid --ws-path:"), "{e}");
+    let e = parse(&["--ws-allowed-origins", "https://a.example,,"]).unwrap_err();
+    assert!(e.starts_with("invalid --ws-allowed-origins:"), "{e}");
+    let e = parse(&["--ws-addr", "127.0.0.1"]).unwrap_err();
+    assert!(e.starts_with("invalid --ws-addr:"), "{e}");
 }
 
 #[test]

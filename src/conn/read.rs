@@ -54,8 +54,16 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
         let start = rbuf.len();
         let room = rbuf.capacity() - start;
         rbuf.resize(start + room, 0);
-        // A read error ends the connection exactly like EOF.
-        let n = rd.read(&mut rbuf[start..]).await.unwrap_or_default();
+        // A read error ends the connection exactly like EOF, except a WebSocket message over
+        // the size limit, which the client is told about as any frame too large.
+        let n = match rd.read(&mut rbuf[start..]).await {
+            Ok(n) => n,
+            Err(e) if crate::ws::is_too_large(&e) => {
+                conn.fail(core, WireError::FrameTooLarge, None);
+                break;
+            }
+            Err(_) => 0,
+        };
         rbuf.truncate(start + n);
         if n == 0 || conn.state.get() == super::State::Dead {
             break;

@@ -8,6 +8,11 @@
 //! branch per poll and no virtual call or allocation. A TLS read may need to write (and a
 //! write to read) inside rustls; both go through the same `TlsStream`, borrowed one poll at a
 //! time like the plain stream.
+//!
+//! STOMP over WebSocket ([`Stream::Ws`]) sits behind the same seam: [`crate::ws::WsStream`]
+//! turns the messages of a WebSocket (itself over a plain or TLS [`Stream`]) into the byte
+//! stream the STOMP decoder reads, and wraps written bytes into messages, so the reader,
+//! writer and session are the TCP ones.
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use std::cell::RefCell;
@@ -22,6 +27,8 @@ pub enum Stream {
     Plain(TcpStream),
     /// Boxed: a TLS session is some kilobytes, the plain variant a few words.
     Tls(Box<futures_rustls::server::TlsStream<TcpStream>>),
+    /// STOMP over WebSocket, after a completed handshake (over plain TCP or TLS).
+    Ws(Box<crate::ws::WsStream>),
 }
 
 impl Stream {
@@ -34,6 +41,7 @@ impl Stream {
         match self {
             Stream::Plain(s) => s,
             Stream::Tls(s) => s.get_ref().0,
+            Stream::Ws(s) => s.inner().tcp(),
         }
     }
 }
@@ -44,6 +52,7 @@ macro_rules! poll_either {
         match &mut *$stream {
             Stream::Plain($s) => $poll,
             Stream::Tls($s) => $poll,
+            Stream::Ws($s) => $poll,
         }
     };
 }
@@ -57,36 +66,56 @@ pub fn split(stream: Stream) -> (ReadHalf, WriteHalf, RawFd) {
     (ReadHalf(Rc::clone(&s)), WriteHalf(s), fd)
 }
 
+/// The whole stream is readable and writable too: the WebSocket layer runs over a plain or
+/// TLS `Stream` (during its handshake and after).
+impl AsyncRead for Stream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        poll_either!(self, s => Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        poll_either!(self, s => Pin::new(s).poll_write(cx, buf))
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        poll_either!(self, s => Pin::new(s).poll_flush(cx))
+    }
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        poll_either!(self, s => Pin::new(s).poll_close(cx))
+    }
+}
+
 impl AsyncRead for ReadHalf {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        let mut s = self.0.borrow_mut();
-        poll_either!(s, s => Pin::new(s).poll_read(cx, buf))
+        Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for WriteHalf {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let mut s = self.0.borrow_mut();
-        poll_either!(s, s => Pin::new(s).poll_write(cx, buf))
+        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut s = self.0.borrow_mut();
-        poll_either!(s, s => Pin::new(s).poll_flush(cx))
+        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
     }
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut s = self.0.borrow_mut();
-        poll_either!(s, s => Pin::new(s).poll_close(cx))
+        Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
     }
 }
 
 impl WriteHalf {
-    /// TLS: sends close_notify (best effort: a peer that is not reading does not hold the
-    /// close up for long, the record is tiny). Plain: nothing.
+    /// TLS: sends close_notify; WebSocket: a Close frame (RFC 6455 5.5.1; over wss no
+    /// close_notify after it: the WebSocket close is what its clients wait for). Best effort: a peer that is not reading does not hold the close up
+    /// for long, both are tiny. Plain: nothing.
     pub async fn close_notify(&mut self) {
         {
             let mut s = self.0.borrow_mut();
-            let Stream::Tls(tls) = &mut *s else { return };
-            tls.get_mut().1.send_close_notify();
+            match &mut *s {
+                Stream::Plain(_) => return,
+                Stream::Tls(tls) => tls.get_mut().1.send_close_notify(),
+                Stream::Ws(ws) => ws.start_close(),
+            }
         }
         let _ = futures_lite::future::or(futures_lite::AsyncWriteExt::flush(self), async {
             glommio::timer::sleep(std::time::Duration::from_millis(100)).await;

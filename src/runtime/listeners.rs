@@ -1,4 +1,5 @@
-//! Which STOMP listeners the cores bind: plain and TLS, each claimed for this process before
+//! Which STOMP listeners the cores bind: plain and TLS, and STOMP over WebSocket (ws, wss),
+//! each claimed for this process before
 //! the cores bind their SO_REUSEPORT shards of it.
 //!
 //! Claiming a fixed port is a probe: a bind *without* SO_REUSEPORT (with SO_REUSEADDR, so that
@@ -17,11 +18,13 @@ use crate::tls::Tls;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// One listener every core binds: its address and, for the TLS listener, its configuration.
+/// One listener every core binds: its address, its TLS configuration (TLS and wss) and its
+/// WebSocket settings (ws and wss).
 #[derive(Clone)]
 pub(super) struct Spec {
     pub(super) addr: SocketAddr,
     pub(super) tls: Option<Arc<Tls>>,
+    pub(super) ws: Option<Arc<crate::ws::Settings>>,
 }
 
 /// The listeners that will be bound, and the sockets holding resolved port-0 addresses until
@@ -33,12 +36,24 @@ pub(super) struct Plan {
 }
 
 impl Plan {
+    fn addr_of(&self, tls: bool, ws: bool) -> Option<SocketAddr> {
+        self.specs.iter().find(|s| s.tls.is_some() == tls && s.ws.is_some() == ws).map(|s| s.addr)
+    }
+
     pub(super) fn plain_addr(&self) -> Option<SocketAddr> {
-        self.specs.iter().find(|s| s.tls.is_none()).map(|s| s.addr)
+        self.addr_of(false, false)
     }
 
     pub(super) fn tls_addr(&self) -> Option<SocketAddr> {
-        self.specs.iter().find(|s| s.tls.is_some()).map(|s| s.addr)
+        self.addr_of(true, false)
+    }
+
+    pub(super) fn ws_addr(&self) -> Option<SocketAddr> {
+        self.addr_of(false, true)
+    }
+
+    pub(super) fn ws_tls_addr(&self) -> Option<SocketAddr> {
+        self.addr_of(true, true)
     }
 }
 
@@ -46,44 +61,57 @@ impl Plan {
 /// certificate) is logged in one line and left out while another remains; with none left,
 /// the first failure is the error (the caller prints it and exits non-zero).
 pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
-    let mut wanted: Vec<(SocketAddr, Option<Arc<Tls>>)> = Vec::new();
+    let mut wanted: Vec<Spec> = Vec::new();
     let mut failures: Vec<StartError> = Vec::new();
     if cfg.stomp_plain {
-        wanted.push((cfg.stomp_addr, None));
+        wanted.push(Spec { addr: cfg.stomp_addr, tls: None, ws: None });
     }
     let mut tls_handle = None;
-    if let (Some(files), Some(addr)) = (&cfg.stomp_tls, cfg.stomp_tls_addr) {
-        match Tls::load(files) {
-            Ok(tls) => {
-                let tls = Arc::new(tls);
-                tls_handle = Some(Arc::clone(&tls));
-                wanted.push((addr, Some(tls)));
+    let tls_addrs: Vec<SocketAddr> = [cfg.stomp_tls_addr, cfg.ws_tls_addr].into_iter().flatten().collect();
+    let tls = match &cfg.stomp_tls {
+        Some(files) if !tls_addrs.is_empty() => match Tls::load(files) {
+            Ok(tls) => Some(Arc::new(tls)),
+            Err(reason) => {
+                failures.extend(tls_addrs.iter().map(|&addr| StartError::Tls { addr, reason: reason.clone() }));
+                None
             }
-            Err(reason) => failures.push(StartError::Tls { addr, reason }),
-        }
+        },
+        _ => None,
+    };
+    if let (Some(tls), Some(addr)) = (&tls, cfg.stomp_tls_addr) {
+        wanted.push(Spec { addr, tls: Some(Arc::clone(tls)), ws: None });
     }
-    if let [(plain, None), (tls, Some(_))] = &wanted[..] {
-        if overlaps(*plain, *tls) {
-            let source = std::io::Error::new(std::io::ErrorKind::AddrInUse, "the plain STOMP listener uses this port");
-            failures.push(StartError::Bind { addr: *tls, source });
-            wanted.pop();
-            tls_handle = None;
+    let ws = Arc::new(crate::ws::Settings::from_config(cfg));
+    if let Some(addr) = cfg.ws_addr {
+        wanted.push(Spec { addr, tls: None, ws: Some(Arc::clone(&ws)) });
+    }
+    if let (Some(tls), Some(addr)) = (&tls, cfg.ws_tls_addr) {
+        wanted.push(Spec { addr, tls: Some(Arc::clone(tls)), ws: Some(ws) });
+    }
+    // A listener whose port an earlier one already takes is left out (the earlier wins).
+    let mut distinct: Vec<Spec> = Vec::new();
+    for spec in wanted {
+        match distinct.iter().find(|d| overlaps(d.addr, spec.addr)) {
+            Some(earlier) => {
+                let what = listener_name(earlier);
+                let source = std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("the {what} listener uses this port"));
+                failures.push(StartError::Bind { addr: spec.addr, source });
+            }
+            None => distinct.push(spec),
         }
     }
     let mut specs = Vec::new();
     let mut reservations = Vec::new();
-    for (addr, tls) in wanted {
-        match claim(addr) {
+    for spec in distinct {
+        match claim(spec.addr) {
             Ok((bound, reservation)) => {
-                specs.push(Spec { addr: bound, tls });
+                if spec.tls.is_some() {
+                    tls_handle = spec.tls.clone();
+                }
+                specs.push(Spec { addr: bound, ..spec });
                 reservations.extend(reservation);
             }
-            Err(source) => {
-                if tls.is_some() {
-                    tls_handle = None;
-                }
-                failures.push(StartError::Bind { addr, source });
-            }
+            Err(source) => failures.push(StartError::Bind { addr: spec.addr, source }),
         }
     }
     if specs.is_empty() {
@@ -93,6 +121,16 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
         tracing::error!(error = %failure, "continuing without this STOMP listener");
     }
     Ok(Plan { specs, tls: tls_handle, _reservations: reservations })
+}
+
+/// The listener's kind, for messages.
+fn listener_name(spec: &Spec) -> &'static str {
+    match (spec.tls.is_some(), spec.ws.is_some()) {
+        (false, false) => "plain STOMP",
+        (true, false) => "STOMP TLS",
+        (false, true) => "STOMP WebSocket",
+        (true, true) => "STOMP secure WebSocket",
+    }
 }
 
 /// Whether two listeners would take the same connections (same fixed port, and the same IP or

@@ -42,6 +42,8 @@ pub struct Server {
     stomp_addr: SocketAddr,
     stomp_plain_addr: Option<SocketAddr>,
     stomp_tls_addr: Option<SocketAddr>,
+    ws_addr: Option<SocketAddr>,
+    ws_tls_addr: Option<SocketAddr>,
     tls: Option<Arc<crate::tls::Tls>>,
     shared: Arc<Shared>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
@@ -75,6 +77,7 @@ impl Server {
         let cfg = Arc::new(cfg);
         let plan = listeners::plan(&cfg)?;
         let (stomp_plain_addr, stomp_tls_addr, tls) = (plan.plain_addr(), plan.tls_addr(), plan.tls.clone());
+        let (ws_addr, ws_tls_addr) = (plan.ws_addr(), plan.ws_tls_addr());
         let stomp_addr = stomp_plain_addr.unwrap_or(cfg.stomp_addr);
         let specs = Arc::new(plan.specs.clone());
         let shared = Arc::new(Shared::default());
@@ -118,7 +121,7 @@ impl Server {
             }
         }
         drop(plan);
-        let server = Server { stomp_addr, stomp_plain_addr, stomp_tls_addr, tls, shared, threads, array, _store: store };
+        let server = Server { stomp_addr, stomp_plain_addr, stomp_tls_addr, ws_addr, ws_tls_addr, tls, shared, threads, array, _store: store };
         if let Some(e) = first_err {
             server.shutdown();
             return Err(e);
@@ -138,6 +141,16 @@ impl Server {
     /// The STOMP TLS listener's address, if it is bound.
     pub fn stomp_tls_addr(&self) -> Option<SocketAddr> {
         self.stomp_tls_addr
+    }
+
+    /// The STOMP over WebSocket listener's address, if it is bound.
+    pub fn ws_addr(&self) -> Option<SocketAddr> {
+        self.ws_addr
+    }
+
+    /// The STOMP over secure WebSocket listener's address, if it is bound.
+    pub fn ws_tls_addr(&self) -> Option<SocketAddr> {
+        self.ws_tls_addr
     }
 
     /// Re-reads the TLS certificate, key and client CA (SIGHUP); new connections use them.
@@ -414,7 +427,7 @@ async fn run_core(
     };
 
     // Accept until shutdown, one task per listener.
-    let accepting: Vec<_> = bound.into_iter().map(|(spec, listener, fd)| glommio::spawn_local(accept_loop(Rc::clone(&core), listener, fd, spec.tls))).collect();
+    let accepting: Vec<_> = bound.into_iter().map(|(spec, listener, fd)| glommio::spawn_local(accept_loop(Rc::clone(&core), listener, fd, spec))).collect();
     for task in accepting {
         task.await;
     }
@@ -423,8 +436,9 @@ async fn run_core(
 }
 
 /// Accepts on one listener until shutdown: plain connections are served at once, TLS ones
-/// after their handshake ([`serve_tls`]), each on its own task on this core.
-async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listener_fd: std::os::fd::RawFd, tls: Option<Arc<crate::tls::Tls>>) {
+/// after their handshake ([`serve_tls`]), WebSocket ones after theirs ([`serve_ws`]), each on
+/// its own task on this core.
+async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listener_fd: std::os::fd::RawFd, spec: listeners::Spec) {
     let mut guard = accept::AcceptGuard::new(core.id);
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -437,9 +451,10 @@ async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listen
             Some(Ok(stream)) => {
                 guard.accepted();
                 let _ = stream.set_nodelay(true);
-                match &tls {
-                    None => glommio::spawn_local(conn::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream), None)).detach(),
-                    Some(tls) => glommio::spawn_local(serve_tls(Rc::clone(&core), stream, Arc::clone(tls))).detach(),
+                match (&spec.tls, &spec.ws) {
+                    (None, None) => glommio::spawn_local(conn::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream), None)).detach(),
+                    (Some(tls), None) => glommio::spawn_local(serve_tls(Rc::clone(&core), stream, Arc::clone(tls))).detach(),
+                    (tls, Some(ws)) => glommio::spawn_local(serve_ws(Rc::clone(&core), stream, tls.clone(), Arc::clone(ws))).detach(),
                 };
             }
             Some(Err(e)) => match guard.failed(listener_fd, std::io::Error::from(e)) {
@@ -486,6 +501,42 @@ async fn serve_tls(core: Rc<Core>, tcp: glommio::net::TcpStream, tls: Arc<crate:
             crate::engine::metrics::Metrics::add(&core.metrics.tls_handshakes_failed, 1);
             tracing::debug!(core = %core.id, "TLS handshake not completed within --connect-timeout-s; connection closed");
         }
+    }
+}
+
+/// STOMP over WebSocket: the TLS handshake (wss) and the WebSocket handshake, on this core's
+/// executor and both within `--connect-timeout-s`, as for TLS; then the connection is served
+/// like any other. A refused handshake has had its HTTP answer (see `ws::handshake`).
+async fn serve_ws(core: Rc<Core>, tcp: glommio::net::TcpStream, tls: Option<Arc<crate::tls::Tls>>, ws: Arc<crate::ws::Settings>) {
+    let deadline = Duration::from_secs(core.cfg.connect_timeout_s);
+    let handshakes = async {
+        let (stream, identity) = match tls {
+            None => (conn::stream::Stream::Plain(tcp), None),
+            Some(tls) => match tls.acceptor().accept(tcp).await {
+                Ok(stream) => {
+                    let identity = crate::tls::peer_identity(stream.get_ref().1);
+                    (conn::stream::Stream::Tls(Box::new(stream)), identity)
+                }
+                Err(error) => {
+                    crate::engine::metrics::Metrics::add(&core.metrics.tls_handshakes_failed, 1);
+                    return Err(format!("TLS handshake failed: {error}"));
+                }
+            },
+        };
+        match crate::ws::handshake::accept(stream, &ws).await {
+            Ok(ws) => Ok((ws, identity)),
+            Err(failed) => Err(format!("WebSocket handshake failed: {failed:?}")),
+        }
+    };
+    let outcome = futures_lite::future::or(async { Some(handshakes.await) }, async {
+        glommio::timer::sleep(deadline).await;
+        None
+    })
+    .await;
+    match outcome {
+        Some(Ok((ws, identity))) => conn::serve(core, conn::stream::Stream::Ws(Box::new(ws)), identity).await,
+        Some(Err(reason)) => tracing::debug!(core = %core.id, %reason, "connection closed"),
+        None => tracing::debug!(core = %core.id, "WebSocket handshake not completed within --connect-timeout-s; connection closed"),
     }
 }
 

@@ -132,44 +132,51 @@ impl Client {
     }
 
     fn parse(&mut self) -> Option<Frame> {
-        // Heart-beats between frames.
-        while let Some(&b) = self.buf.first() {
-            if b == b'\n' {
-                self.heartbeats += 1;
-                self.buf.remove(0);
-            } else if b == b'\r' && self.buf.get(1) == Some(&b'\n') {
-                self.heartbeats += 1;
-                self.buf.drain(..2);
-            } else {
-                break;
-            }
-        }
-        let head_end = find(&self.buf, b"\n\n")?;
-        let head = std::str::from_utf8(&self.buf[..head_end]).expect("utf-8 header block");
-        let mut lines = head.split('\n');
-        let command = lines.next().unwrap().to_string();
-        let headers: Vec<(String, String)> = lines
-            .map(|l| {
-                let (n, v) = l.split_once(':').expect("header line has ':'");
-                (n.to_string(), v.to_string())
-            })
-            .collect();
-        let body_start = head_end + 2;
-        let len = headers.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.parse::<usize>().expect("numeric content-length"));
-        let body_end = match len {
-            Some(len) => {
-                if self.buf.len() < body_start + len + 1 {
-                    return None;
-                }
-                assert_eq!(self.buf[body_start + len], 0, "NUL after content-length bytes");
-                body_start + len
-            }
-            None => body_start + self.buf[body_start..].iter().position(|&b| b == 0)?,
-        };
-        let body = self.buf[body_start..body_end].to_vec();
-        let raw: Vec<u8> = self.buf.drain(..body_end + 1).collect();
-        Some(Frame { command, headers, body, raw })
+        parse_frame(&mut self.buf, &mut self.heartbeats)
     }
+}
+
+/// Takes the first complete server frame off `buf`, counting the heart-beat EOLs before it;
+/// None while it is incomplete. Shared by the TCP client and the WebSocket one
+/// (tests/websocket.rs), which feeds it the bytes of its messages.
+pub fn parse_frame(buf: &mut Vec<u8>, heartbeats: &mut usize) -> Option<Frame> {
+    // Heart-beats between frames.
+    while let Some(&b) = buf.first() {
+        if b == b'\n' {
+            *heartbeats += 1;
+            buf.remove(0);
+        } else if b == b'\r' && buf.get(1) == Some(&b'\n') {
+            *heartbeats += 1;
+            buf.drain(..2);
+        } else {
+            break;
+        }
+    }
+    let head_end = find(buf, b"\n\n")?;
+    let head = std::str::from_utf8(&buf[..head_end]).expect("utf-8 header block");
+    let mut lines = head.split('\n');
+    let command = lines.next().unwrap().to_string();
+    let headers: Vec<(String, String)> = lines
+        .map(|l| {
+            let (n, v) = l.split_once(':').expect("header line has ':'");
+            (n.to_string(), v.to_string())
+        })
+        .collect();
+    let body_start = head_end + 2;
+    let len = headers.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.parse::<usize>().expect("numeric content-length"));
+    let body_end = match len {
+        Some(len) => {
+            if buf.len() < body_start + len + 1 {
+                return None;
+            }
+            assert_eq!(buf[body_start + len], 0, "NUL after content-length bytes");
+            body_start + len
+        }
+        None => body_start + buf[body_start..].iter().position(|&b| b == 0)?,
+    };
+    let body = buf[body_start..body_end].to_vec();
+    let raw: Vec<u8> = buf.drain(..body_end + 1).collect();
+    Some(Frame { command, headers, body, raw })
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
