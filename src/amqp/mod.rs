@@ -3,6 +3,7 @@
 //! [`address`]), and the closed set of error conditions ([`error`], connector-extra.md §3.3).
 //! No I/O, no runtime; nothing else in the crate depends on this module yet.
 pub mod address;
+pub mod frame;
 pub mod error;
 
 pub use address::{
