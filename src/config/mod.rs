@@ -45,6 +45,12 @@ pub struct Config {
     pub stomp_tls_addr: Option<SocketAddr>,
     /// The STOMP TLS listener's certificate, key and optional client CA (`--tls-*`).
     pub stomp_tls: Option<StompTls>,
+    /// AMQP 1.0 listener (default 0.0.0.0:5672; `None` = `off`).
+    pub amqp_addr: Option<SocketAddr>,
+    /// AMQP 1.0 max-frame-size we accept and advertise (KubeMQ's MaxFrameSize, default 131072, >= 512).
+    pub amqp_max_frame_size: u32,
+    /// AMQP 1.0 largest message, multi-frame transfers included (MaxMessageSize, default 100 MiB).
+    pub amqp_max_message_size: usize,
     /// CPUs to run one pinned executor on (from `--cpus`, else the first `--cores` online CPUs,
     /// else all online CPUs). Never empty.
     pub cpus: Vec<usize>,
@@ -149,6 +155,9 @@ impl Default for Config {
             stomp_plain: true,
             stomp_tls_addr: Some("0.0.0.0:61614".parse().unwrap()),
             stomp_tls: None,
+            amqp_addr: Some("0.0.0.0:5672".parse().unwrap()),
+            amqp_max_frame_size: 131_072,
+            amqp_max_message_size: 100 * 1024 * 1024,
             cpus: vec![0],
             default_pattern: DefaultPattern::Events,
             heartbeat_ms: 10_000,

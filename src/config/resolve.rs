@@ -23,6 +23,7 @@ impl Config {
         };
         let stomp_tls_addr = Self::resolve_addr(&src, "stomp-tls-addr", &cli.stomp_tls_addr, env::STOMP_TLS_PORT, "stomp_tls_addr", d.stomp_tls_addr.unwrap())?;
         let stomp_tls = Self::resolve_stomp_tls(&src)?;
+        let amqp_addr = Self::resolve_addr(&src, "amqp-addr", &cli.amqp_addr, env::AMQP10_PORT, "amqp_addr", d.amqp_addr.unwrap())?;
         let cpus = Self::resolve_cpus(&src, online)?;
 
         let default_pattern = match src.pick("default-pattern", &cli.default_pattern, Some(env::DEFAULT_PATTERN), "default_pattern") {
@@ -47,6 +48,9 @@ impl Config {
             stomp_plain,
             stomp_tls_addr,
             stomp_tls,
+            amqp_addr,
+            amqp_max_frame_size: uint!(amqp_max_frame_size, "amqp-max-frame-size", Some(env::AMQP10_MAX_FRAME_SIZE), 512),
+            amqp_max_message_size: uint!(amqp_max_message_size, "amqp-max-message-size", Some(env::AMQP10_MAX_MESSAGE_SIZE), 1),
             cpus,
             default_pattern,
             heartbeat_ms: uint!(heartbeat_ms, "heartbeat-ms", Some(env::HEARTBEAT_MS), 0),

@@ -123,6 +123,9 @@ fn each_env_name() {
             stomp_plain: true,
             stomp_tls_addr: Some("0.0.0.0:7003".parse().unwrap()),
             stomp_tls: None,
+            amqp_addr: Some("0.0.0.0:5672".parse().unwrap()),
+            amqp_max_frame_size: 131_072,
+            amqp_max_message_size: 104_857_600,
             cpus: ONLINE.to_vec(),
             default_pattern: DefaultPattern::Store,
             heartbeat_ms: 0,
@@ -199,6 +202,9 @@ metrics_addr = "127.0.0.1:9100"
             stomp_plain: true,
             stomp_tls_addr: Some("127.0.0.1:7102".parse().unwrap()),
             stomp_tls: Some(StompTls { cert_file: cert.clone(), key_file: cert.clone(), client_ca_file: Some(cert) }),
+            amqp_addr: Some("0.0.0.0:5672".parse().unwrap()),
+            amqp_max_frame_size: 131_072,
+            amqp_max_message_size: 104_857_600,
             cpus: vec![0, 2, 3],
             default_pattern: DefaultPattern::Queues,
             heartbeat_ms: 5000,
@@ -477,4 +483,17 @@ fn auth_settings_are_checked_at_start_up() {
     let c = parse(&["--config", file.path()]).unwrap();
     assert_eq!(c.auth.jwt.as_ref().map(|j| j.alg()), Some(crate::auth::JwtAlg::HS384));
     assert!(c.auth.authz.is_some());
+}
+
+#[test]
+fn amqp_listener_and_limits() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.amqp_addr, Some("0.0.0.0:5672".parse().unwrap()));
+    assert_eq!((c.amqp_max_frame_size, c.amqp_max_message_size), (131_072, 104_857_600));
+    assert_eq!(parse(&["--amqp-addr", "off"]).unwrap().amqp_addr, None);
+    assert_eq!(parse(&["--amqp-addr", "127.0.0.1:5673"]).unwrap().amqp_addr, Some("127.0.0.1:5673".parse().unwrap()));
+    let c = parse_env(&[], &[("CONNECTORS_AMQP10_PORT", "5674"), ("CONNECTORS_AMQP10_MAX_FRAME_SIZE", "512"), ("CONNECTORS_AMQP10_MAX_MESSAGE_SIZE", "9")]).unwrap();
+    assert_eq!((c.amqp_addr, c.amqp_max_frame_size, c.amqp_max_message_size), (Some("0.0.0.0:5674".parse().unwrap()), 512, 9));
+    assert!(parse(&["--amqp-max-frame-size", "511"]).is_err());
+    assert!(parse(&["--amqp-max-message-size", "0"]).is_err());
 }

@@ -53,6 +53,8 @@ impl TestServer {
         let mut cfg = Config {
             stomp_addr: std::env::var("TEST_ADDR").unwrap_or("127.0.0.1:0".into()).parse().unwrap(),
             cpus: if online >= 2 { vec![0, 1] } else { vec![0, 0] },
+            // Off unless a test asks: parallel gateways would all claim 0.0.0.0:5672.
+            amqp_addr: None,
             ..Config::default()
         };
         tweak(&mut cfg);

@@ -159,7 +159,9 @@ def _start_one(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
     log_paths.append(log_path)
     # Unless asked for (grpc=True, then on a free loopback port), the gRPC API stays off so
     # parallel gateways never compete for its default port (0.0.0.0:50000).
-    args = {"--cores": "2", "--heartbeat-ms": "10000", "--queue-ack-timeout-s": "2", "--grpc-addr": "off"}
+    # The same for AMQP 1.0 (default 0.0.0.0:5672): a test wanting it passes --amqp-addr.
+    args = {"--cores": "2", "--heartbeat-ms": "10000", "--queue-ack-timeout-s": "2", "--grpc-addr": "off",
+            "--amqp-addr": "off"}
     grpc_port = None
     if grpc:
         grpc_port = free_port()
