@@ -22,6 +22,8 @@ use std::sync::Arc;
 pub(super) struct Spec {
     pub(super) addr: SocketAddr,
     pub(super) tls: Option<Arc<Tls>>,
+    /// An AMQP 1.0 listener (`--amqp-addr`), not STOMP.
+    pub(super) amqp: bool,
 }
 
 /// The listeners that will be bound, and the sockets holding resolved port-0 addresses until
@@ -34,7 +36,7 @@ pub(super) struct Plan {
 
 impl Plan {
     pub(super) fn plain_addr(&self) -> Option<SocketAddr> {
-        self.specs.iter().find(|s| s.tls.is_none()).map(|s| s.addr)
+        self.specs.iter().find(|s| s.tls.is_none() && !s.amqp).map(|s| s.addr)
     }
 
     pub(super) fn tls_addr(&self) -> Option<SocketAddr> {
@@ -75,7 +77,7 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
     for (addr, tls) in wanted {
         match claim(addr) {
             Ok((bound, reservation)) => {
-                specs.push(Spec { addr: bound, tls });
+                specs.push(Spec { addr: bound, tls, amqp: false });
                 reservations.extend(reservation);
             }
             Err(source) => {
@@ -91,6 +93,16 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
     }
     for failure in failures {
         tracing::error!(error = %failure, "continuing without this STOMP listener");
+    }
+    // AMQP 1.0 (issue 16): optional beside STOMP; a port it cannot have is logged, not fatal.
+    if let Some(addr) = cfg.amqp_addr {
+        match claim(addr) {
+            Ok((bound, reservation)) => {
+                specs.push(Spec { addr: bound, tls: None, amqp: true });
+                reservations.extend(reservation);
+            }
+            Err(source) => tracing::error!(error = %StartError::Bind { addr, source }, "continuing without the AMQP 1.0 listener"),
+        }
     }
     Ok(Plan { specs, tls: tls_handle, _reservations: reservations })
 }

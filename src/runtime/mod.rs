@@ -391,7 +391,7 @@ async fn run_core(
     };
 
     // Accept until shutdown, one task per listener.
-    let accepting: Vec<_> = bound.into_iter().map(|(spec, listener, fd)| glommio::spawn_local(accept_loop(Rc::clone(&core), listener, fd, spec.tls))).collect();
+    let accepting: Vec<_> = bound.into_iter().map(|(spec, listener, fd)| glommio::spawn_local(accept_loop(Rc::clone(&core), listener, fd, spec.tls, spec.amqp))).collect();
     for task in accepting {
         task.await;
     }
@@ -401,7 +401,7 @@ async fn run_core(
 
 /// Accepts on one listener until shutdown: plain connections are served at once, TLS ones
 /// after their handshake ([`serve_tls`]), each on its own task on this core.
-async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listener_fd: std::os::fd::RawFd, tls: Option<Arc<crate::tls::Tls>>) {
+async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listener_fd: std::os::fd::RawFd, tls: Option<Arc<crate::tls::Tls>>, amqp: bool) {
     let mut guard = accept::AcceptGuard::new(core.id);
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -415,6 +415,7 @@ async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listen
                 guard.accepted();
                 let _ = stream.set_nodelay(true);
                 match &tls {
+                    None if amqp => glommio::spawn_local(crate::amqp::serve::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream))).detach(),
                     None => glommio::spawn_local(conn::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream), None)).detach(),
                     Some(tls) => glommio::spawn_local(serve_tls(Rc::clone(&core), stream, Arc::clone(tls))).detach(),
                 };
