@@ -65,9 +65,15 @@ pub enum SaslBody {
 #[derive(Debug)]
 pub enum Frame {
     /// An empty AMQP frame: a heart-beat (part 2.4.5).
-    Empty { channel: u16 },
+    Empty {
+        channel: u16,
+    },
     /// A performative and, for TRANSFER, its payload (the message bytes, possibly a part).
-    Amqp { channel: u16, performative: Box<Performative>, payload: Bytes },
+    Amqp {
+        channel: u16,
+        performative: Box<Performative>,
+        payload: Bytes,
+    },
     Sasl(SaslBody),
 }
 

@@ -76,7 +76,9 @@ pub struct Out {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     /// Waiting for a protocol header; `sasl_done` once SASL succeeded.
-    Header { sasl_done: bool },
+    Header {
+        sasl_done: bool,
+    },
     /// SASL mechanisms sent, waiting for sasl-init.
     SaslInit,
     /// AMQP header exchanged, waiting for OPEN.
@@ -774,7 +776,6 @@ fn error(cond: AmqpError) -> definitions::Error {
         info: None,
     }
 }
-
 
 #[cfg(test)]
 mod tests;

@@ -5,11 +5,11 @@
 //! core's [`crate::engine::endpoint::Endpoint`] in [`serve`], accepted on `--amqp-addr`.
 //! What works and what does not yet is listed in `machine`'s doc and README's "AMQP 1.0".
 pub mod address;
+pub mod error;
 pub mod frame;
 pub mod machine;
 pub mod mapping;
 pub mod serve;
-pub mod error;
 
 pub use address::{
     authz_resource, check_amqp_channel, judge_attach, parse_default_pattern, route_to, AddressError, Attach, ChannelFault, DynamicAddress, LinkPlan, Node,

@@ -492,7 +492,8 @@ fn amqp_listener_and_limits() {
     assert_eq!((c.amqp_max_frame_size, c.amqp_max_message_size), (131_072, 104_857_600));
     assert_eq!(parse(&["--amqp-addr", "off"]).unwrap().amqp_addr, None);
     assert_eq!(parse(&["--amqp-addr", "127.0.0.1:5673"]).unwrap().amqp_addr, Some("127.0.0.1:5673".parse().unwrap()));
-    let c = parse_env(&[], &[("CONNECTORS_AMQP10_PORT", "5674"), ("CONNECTORS_AMQP10_MAX_FRAME_SIZE", "512"), ("CONNECTORS_AMQP10_MAX_MESSAGE_SIZE", "9")]).unwrap();
+    let c = parse_env(&[], &[("CONNECTORS_AMQP10_PORT", "5674"), ("CONNECTORS_AMQP10_MAX_FRAME_SIZE", "512"), ("CONNECTORS_AMQP10_MAX_MESSAGE_SIZE", "9")])
+        .unwrap();
     assert_eq!((c.amqp_addr, c.amqp_max_frame_size, c.amqp_max_message_size), (Some("0.0.0.0:5674".parse().unwrap()), 512, 9));
     assert!(parse(&["--amqp-max-frame-size", "511"]).is_err());
     assert!(parse(&["--amqp-max-message-size", "0"]).is_err());

@@ -391,7 +391,8 @@ async fn run_core(
     };
 
     // Accept until shutdown, one task per listener.
-    let accepting: Vec<_> = bound.into_iter().map(|(spec, listener, fd)| glommio::spawn_local(accept_loop(Rc::clone(&core), listener, fd, spec.tls, spec.amqp))).collect();
+    let accepting: Vec<_> =
+        bound.into_iter().map(|(spec, listener, fd)| glommio::spawn_local(accept_loop(Rc::clone(&core), listener, fd, spec.tls, spec.amqp))).collect();
     for task in accepting {
         task.await;
     }

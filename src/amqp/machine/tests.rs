@@ -100,7 +100,16 @@ fn open(max_frame: u32, idle: u32) -> Open {
 }
 
 fn begin() -> Begin {
-    Begin { remote_channel: None, next_outgoing_id: 0, incoming_window: 1000, outgoing_window: 1000, handle_max: Handle(10), offered_capabilities: None, desired_capabilities: None, properties: None }
+    Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 1000,
+        outgoing_window: 1000,
+        handle_max: Handle(10),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
 }
 
 fn attach(handle: u32, role: Role, address: &str) -> Attach {
@@ -285,7 +294,10 @@ fn a_multi_frame_transfer_is_joined_and_one_over_max_message_size_detaches() {
     let mut out = Out::default();
     p.m.completed(token, &mut out);
     p.got.extend_from_slice(&out.write);
-    assert!(matches!(&p.performatives()[..], [Performative::Disposition(Disposition { first: 0, settled: true, state: Some(DeliveryState::Accepted(_)), .. })]));
+    assert!(matches!(
+        &p.performatives()[..],
+        [Performative::Disposition(Disposition { first: 0, settled: true, state: Some(DeliveryState::Accepted(_)), .. })]
+    ));
     // Over 300 bytes in all: the link is detached with message-size-exceeded.
     let big = mapping::encode(b"x", &[1u8; 400], &Default::default());
     p.send(0, Performative::Transfer(transfer(0, 1, false, true)), &big[..200]);
