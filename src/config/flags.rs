@@ -26,6 +26,24 @@ pub(super) struct Cli {
     #[arg(long, value_name = "IP:PORT|off")]
     pub(super) stomp_addr: Option<String>,
 
+    /// AMQP 1.0 listener address (IP:PORT), or `off`. Default 0.0.0.0:5672. Env
+    /// CONNECTORS_AMQP10_PORT sets only the port (host from the config file's amqp_addr, else
+    /// 0.0.0.0). TOML key: amqp_addr.
+    #[arg(long, value_name = "IP:PORT|off")]
+    pub(super) amqp_addr: Option<String>,
+
+    /// Largest AMQP 1.0 frame accepted, advertised in OPEN (min(client, this) applies), at
+    /// least 512. Default 131072. Env CONNECTORS_AMQP10_MAX_FRAME_SIZE. TOML key:
+    /// amqp_max_frame_size.
+    #[arg(long, value_name = "BYTES")]
+    pub(super) amqp_max_frame_size: Option<String>,
+
+    /// Largest AMQP 1.0 message, multi-frame transfers included; larger ones detach the link
+    /// with amqp:link:message-size-exceeded. Default 104857600 (100 MiB). Env
+    /// CONNECTORS_AMQP10_MAX_MESSAGE_SIZE. TOML key: amqp_max_message_size.
+    #[arg(long, value_name = "BYTES")]
+    pub(super) amqp_max_message_size: Option<String>,
+
     /// STOMP over TLS listener address (IP:PORT), or `off`. Bound only when --tls-cert and
     /// --tls-key are given. Default 0.0.0.0:61614. Env CONNECTORS_STOMP_TLS_PORT sets only the
     /// port (the host stays that of the config file's stomp_tls_addr, else 0.0.0.0). TOML key:
@@ -287,6 +305,9 @@ mod tests {
         for name in [
             env::STOMP_PORT,
             env::STOMP_TLS_PORT,
+            env::AMQP10_PORT,
+            env::AMQP10_MAX_FRAME_SIZE,
+            env::AMQP10_MAX_MESSAGE_SIZE,
             env::DEFAULT_PATTERN,
             env::HEARTBEAT_MS,
             env::MAX_CONNECTIONS,

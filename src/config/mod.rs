@@ -57,6 +57,14 @@ pub struct Config {
     pub ws_path: String,
     /// Origins a WebSocket handshake may come from; empty = any.
     pub ws_allowed_origins: Vec<String>,
+    /// AMQP 1.0 listener; `None` = off. Off in `Config::default()` as `ws_addr` (gateways in
+    /// one process must not share a fixed port); the command line's default is
+    /// [`DEFAULT_AMQP_ADDR`].
+    pub amqp_addr: Option<SocketAddr>,
+    /// AMQP 1.0 max-frame-size we accept and advertise (KubeMQ's MaxFrameSize, default 131072, >= 512).
+    pub amqp_max_frame_size: u32,
+    /// AMQP 1.0 largest message, multi-frame transfers included (MaxMessageSize, default 100 MiB).
+    pub amqp_max_message_size: usize,
     /// CPUs to run one pinned executor on (from `--cpus`, else the first `--cores` online CPUs,
     /// else all online CPUs). Never empty.
     pub cpus: Vec<usize>,
@@ -151,6 +159,8 @@ pub struct StompTls {
 
 /// The command line's default STOMP over WebSocket listener (RabbitMQ Web-STOMP's port).
 pub const DEFAULT_WS_ADDR: &str = "0.0.0.0:15674";
+/// The command line's AMQP 1.0 listener (KubeMQ's AMQP connector port).
+pub const DEFAULT_AMQP_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 5672);
 /// The command line's default secure WebSocket listener.
 pub const DEFAULT_WS_TLS_ADDR: &str = "0.0.0.0:15673";
 
@@ -207,6 +217,9 @@ impl Default for Config {
             ws_tls_addr: None,
             ws_path: "/ws".into(),
             ws_allowed_origins: Vec::new(),
+            amqp_addr: None,
+            amqp_max_frame_size: 131_072,
+            amqp_max_message_size: 100 * 1024 * 1024,
             cpus: vec![0],
             default_pattern: DefaultPattern::Events,
             heartbeat_ms: 10_000,

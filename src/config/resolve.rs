@@ -49,6 +49,7 @@ impl Config {
                 }
             }
         };
+        let amqp_addr = Self::resolve_addr(&src, "amqp-addr", &cli.amqp_addr, env::AMQP10_PORT, "amqp_addr", super::DEFAULT_AMQP_ADDR)?;
         let cpus = Self::resolve_cpus(&src, online)?;
 
         let default_pattern = match src.pick("default-pattern", &cli.default_pattern, Some(env::DEFAULT_PATTERN), "default_pattern") {
@@ -77,6 +78,9 @@ impl Config {
             ws_tls_addr,
             ws_path,
             ws_allowed_origins,
+            amqp_addr,
+            amqp_max_frame_size: uint!(amqp_max_frame_size, "amqp-max-frame-size", Some(env::AMQP10_MAX_FRAME_SIZE), 512),
+            amqp_max_message_size: uint!(amqp_max_message_size, "amqp-max-message-size", Some(env::AMQP10_MAX_MESSAGE_SIZE), 1),
             cpus,
             default_pattern,
             heartbeat_ms: uint!(heartbeat_ms, "heartbeat-ms", Some(env::HEARTBEAT_MS), 0),

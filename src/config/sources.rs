@@ -9,6 +9,9 @@ pub mod env {
     pub const STOMP_PORT: &str = "CONNECTORS_STOMP_PORT";
     /// The port of the STOMP TLS listener (host: the file's `stomp_tls_addr`, else 0.0.0.0).
     pub const STOMP_TLS_PORT: &str = "CONNECTORS_STOMP_TLS_PORT";
+    pub const AMQP10_PORT: &str = "CONNECTORS_AMQP10_PORT";
+    pub const AMQP10_MAX_FRAME_SIZE: &str = "CONNECTORS_AMQP10_MAX_FRAME_SIZE";
+    pub const AMQP10_MAX_MESSAGE_SIZE: &str = "CONNECTORS_AMQP10_MAX_MESSAGE_SIZE";
     pub const DEFAULT_PATTERN: &str = "CONNECTORS_STOMP_DEFAULT_PATTERN";
     pub const HEARTBEAT_MS: &str = "CONNECTORS_STOMP_HEARTBEAT_MS";
     pub const MAX_CONNECTIONS: &str = "CONNECTORS_STOMP_MAX_CONNECTIONS";
@@ -46,7 +49,7 @@ pub mod env {
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 41] = [
+pub const TOML_KEYS: [&str; 44] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -88,6 +91,9 @@ pub const TOML_KEYS: [&str; 41] = [
     "store_dir",
     "store_sync",
     "store_sync_interval_us",
+    "amqp_addr",
+    "amqp_max_frame_size",
+    "amqp_max_message_size",
 ];
 
 /// Where a raw value came from; its `Display` names the setting as the user wrote it.

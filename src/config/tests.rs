@@ -134,6 +134,9 @@ fn each_env_name() {
             ws_tls_addr: None,
             ws_path: "/stomp".into(),
             ws_allowed_origins: vec!["https://a.example".into(), "http://localhost:8080".into()],
+            amqp_addr: Some("0.0.0.0:5672".parse().unwrap()),
+            amqp_max_frame_size: 131_072,
+            amqp_max_message_size: 104_857_600,
             cpus: ONLINE.to_vec(),
             default_pattern: DefaultPattern::Store,
             heartbeat_ms: 0,
@@ -219,6 +222,9 @@ ws_allowed_origins = "*"
             ws_tls_addr: Some("127.0.0.1:7104".parse().unwrap()),
             ws_path: "/ws/stomp".into(),
             ws_allowed_origins: Vec::new(),
+            amqp_addr: Some("0.0.0.0:5672".parse().unwrap()),
+            amqp_max_frame_size: 131_072,
+            amqp_max_message_size: 104_857_600,
             cpus: vec![0, 2, 3],
             default_pattern: DefaultPattern::Queues,
             heartbeat_ms: 5000,
@@ -535,4 +541,18 @@ fn store_settings_from_flag_env_and_file() {
     assert!(err(&["--store-sync", "always"], &[]).starts_with("invalid --store-sync: \"always\""));
     assert!(err(&["--store-sync-interval-us", "-3"], &[]).starts_with("invalid --store-sync-interval-us: "));
     assert!(err(&["--store-dir", ""], &[]).starts_with("invalid --store-dir: "));
+}
+
+#[test]
+fn amqp_listener_and_limits() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.amqp_addr, Some("0.0.0.0:5672".parse().unwrap()));
+    assert_eq!((c.amqp_max_frame_size, c.amqp_max_message_size), (131_072, 104_857_600));
+    assert_eq!(parse(&["--amqp-addr", "off"]).unwrap().amqp_addr, None);
+    assert_eq!(parse(&["--amqp-addr", "127.0.0.1:5673"]).unwrap().amqp_addr, Some("127.0.0.1:5673".parse().unwrap()));
+    let c = parse_env(&[], &[("CONNECTORS_AMQP10_PORT", "5674"), ("CONNECTORS_AMQP10_MAX_FRAME_SIZE", "512"), ("CONNECTORS_AMQP10_MAX_MESSAGE_SIZE", "9")])
+        .unwrap();
+    assert_eq!((c.amqp_addr, c.amqp_max_frame_size, c.amqp_max_message_size), (Some("0.0.0.0:5674".parse().unwrap()), 512, 9));
+    assert!(parse(&["--amqp-max-frame-size", "511"]).is_err());
+    assert!(parse(&["--amqp-max-message-size", "0"]).is_err());
 }

@@ -25,6 +25,8 @@ pub(super) struct Spec {
     pub(super) addr: SocketAddr,
     pub(super) tls: Option<Arc<Tls>>,
     pub(super) ws: Option<Arc<crate::ws::Settings>>,
+    /// An AMQP 1.0 listener (`--amqp-addr`), not STOMP.
+    pub(super) amqp: bool,
 }
 
 /// The listeners that will be bound, and the sockets holding resolved port-0 addresses until
@@ -37,7 +39,7 @@ pub(super) struct Plan {
 
 impl Plan {
     fn addr_of(&self, tls: bool, ws: bool) -> Option<SocketAddr> {
-        self.specs.iter().find(|s| s.tls.is_some() == tls && s.ws.is_some() == ws).map(|s| s.addr)
+        self.specs.iter().find(|s| !s.amqp && s.tls.is_some() == tls && s.ws.is_some() == ws).map(|s| s.addr)
     }
 
     pub(super) fn plain_addr(&self) -> Option<SocketAddr> {
@@ -64,7 +66,7 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
     let mut wanted: Vec<Spec> = Vec::new();
     let mut failures: Vec<StartError> = Vec::new();
     if cfg.stomp_plain {
-        wanted.push(Spec { addr: cfg.stomp_addr, tls: None, ws: None });
+        wanted.push(Spec { addr: cfg.stomp_addr, tls: None, ws: None, amqp: false });
     }
     let mut tls_handle = None;
     let tls_addrs: Vec<SocketAddr> = [cfg.stomp_tls_addr, cfg.ws_tls_addr].into_iter().flatten().collect();
@@ -79,14 +81,14 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
         _ => None,
     };
     if let (Some(tls), Some(addr)) = (&tls, cfg.stomp_tls_addr) {
-        wanted.push(Spec { addr, tls: Some(Arc::clone(tls)), ws: None });
+        wanted.push(Spec { addr, tls: Some(Arc::clone(tls)), ws: None, amqp: false });
     }
     let ws = Arc::new(crate::ws::Settings::from_config(cfg));
     if let Some(addr) = cfg.ws_addr {
-        wanted.push(Spec { addr, tls: None, ws: Some(Arc::clone(&ws)) });
+        wanted.push(Spec { addr, tls: None, ws: Some(Arc::clone(&ws)), amqp: false });
     }
     if let (Some(tls), Some(addr)) = (&tls, cfg.ws_tls_addr) {
-        wanted.push(Spec { addr, tls: Some(Arc::clone(tls)), ws: Some(ws) });
+        wanted.push(Spec { addr, tls: Some(Arc::clone(tls)), ws: Some(ws), amqp: false });
     }
     // A listener whose port an earlier one already takes is left out (the earlier wins).
     let mut distinct: Vec<Spec> = Vec::new();
@@ -119,6 +121,21 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
     }
     for failure in failures {
         tracing::error!(error = %failure, "continuing without this STOMP listener");
+    }
+    // AMQP 1.0 (issue 16): optional beside STOMP; a port it cannot have is logged, not fatal.
+    if let Some(addr) = cfg.amqp_addr {
+        let clash = specs.iter().find(|s| overlaps(s.addr, addr)).map(listener_name);
+        let claimed = match clash {
+            Some(what) => Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("the {what} listener uses this port"))),
+            None => claim(addr),
+        };
+        match claimed {
+            Ok((bound, reservation)) => {
+                specs.push(Spec { addr: bound, tls: None, ws: None, amqp: true });
+                reservations.extend(reservation);
+            }
+            Err(source) => tracing::error!(error = %StartError::Bind { addr, source }, "continuing without the AMQP 1.0 listener"),
+        }
     }
     Ok(Plan { specs, tls: tls_handle, _reservations: reservations })
 }

@@ -19,7 +19,7 @@ impl Gateway {
     pub fn spawn(args: &[&str], nofile: Option<u64>) -> Gateway {
         let stomp_addr = super::metrics::free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_stompgate"));
-        cmd.args(["--cores", "1", "--grpc-addr", "off", "--ws-addr", "off", "--stomp-addr", &stomp_addr.to_string()])
+        cmd.args(["--cores", "1", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--stomp-addr", &stomp_addr.to_string()])
             .args(args)
             .env("STOMPGATE_LOG", "info")
             .stdin(Stdio::null())

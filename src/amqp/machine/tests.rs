@@ -1,0 +1,405 @@
+use super::*;
+use crate::amqp::frame::{write_amqp, write_sasl};
+use fe2o3_amqp_types::messaging::{Released, Source, Target};
+use fe2o3_amqp_types::sasl::SaslInit;
+
+struct TestHost {
+    jwt_ok: &'static [u8],
+}
+
+impl Host for TestHost {
+    fn open_connections(&self) -> usize {
+        1
+    }
+    fn new_message_id(&self) -> Bytes {
+        Bytes::from_static(b"id-1")
+    }
+    fn now_ns(&self) -> i64 {
+        1
+    }
+    fn authenticate(&self, _login: Option<&[u8]>, passcode: Option<&[u8]>) -> Result<Option<Bytes>, crate::auth::Denied> {
+        if passcode == Some(self.jwt_ok) {
+            Ok(Some(Bytes::from_static(b"alice")))
+        } else {
+            Err(crate::auth::Denied)
+        }
+    }
+}
+
+const HOST: TestHost = TestHost { jwt_ok: b"good-token" };
+
+/// A peer driving a machine: writes client frames, reads back the server's.
+struct Peer {
+    m: Machine,
+    dec: FrameDecoder,
+    got: BytesMut,
+}
+
+impl Peer {
+    fn new(s: Settings) -> Peer {
+        Peer { m: Machine::new(s, Bytes::from_static(b"c")), dec: FrameDecoder::new(1 << 20), got: BytesMut::new() }
+    }
+    fn feed(&mut self, bytes: &[u8]) -> Out {
+        let mut out = Out::default();
+        let mut buf = BytesMut::from(bytes);
+        self.m.feed(&mut buf, &HOST, &mut out);
+        self.got.extend_from_slice(&out.write);
+        out
+    }
+    fn send(&mut self, ch: u16, p: Performative, payload: &[u8]) -> Out {
+        let mut b = BytesMut::new();
+        write_amqp(&mut b, ch, &p, payload);
+        self.feed(&b)
+    }
+    fn take_header(&mut self) -> [u8; 8] {
+        let h: [u8; 8] = self.got[..8].try_into().unwrap();
+        let _ = self.got.split_to(8);
+        h
+    }
+    fn frames(&mut self) -> Vec<Frame> {
+        let mut v = Vec::new();
+        while let Some(f) = self.dec.decode(&mut self.got).unwrap() {
+            v.push(f);
+        }
+        v
+    }
+    fn performatives(&mut self) -> Vec<Performative> {
+        self.frames()
+            .into_iter()
+            .map(|f| match f {
+                Frame::Amqp { performative, .. } => *performative,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+    /// AMQP header, OPEN, BEGIN on channel 0: an open session.
+    fn opened(s: Settings) -> Peer {
+        let mut p = Peer::new(s);
+        p.feed(&frame::AMQP_HEADER);
+        assert_eq!(p.take_header(), frame::AMQP_HEADER);
+        p.send(0, Performative::Open(open(65536, 30_000)), &[]);
+        p.send(0, Performative::Begin(begin()), &[]);
+        assert_eq!(p.performatives().len(), 2);
+        p
+    }
+}
+
+fn open(max_frame: u32, idle: u32) -> Open {
+    Open {
+        container_id: "client".into(),
+        hostname: None,
+        max_frame_size: max_frame.into(),
+        channel_max: 9.into(),
+        idle_time_out: Some(idle),
+        outgoing_locales: None,
+        incoming_locales: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+fn begin() -> Begin {
+    Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 1000,
+        outgoing_window: 1000,
+        handle_max: Handle(10),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+fn attach(handle: u32, role: Role, address: &str) -> Attach {
+    let (source, target) = match role {
+        Role::Receiver => (Some(Box::new(Source::builder().address(address).build())), None),
+        Role::Sender => (None, Some(Box::new(TargetArchetype::Target(Target::builder().address(address).build())))),
+    };
+    Attach {
+        name: format!("link-{handle}"),
+        handle: Handle(handle),
+        role,
+        snd_settle_mode: Default::default(),
+        rcv_settle_mode: Default::default(),
+        source,
+        target,
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: Some(0),
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+fn transfer(handle: u32, id: u32, settled: bool, more: bool) -> Transfer {
+    Transfer {
+        handle: Handle(handle),
+        delivery_id: Some(id),
+        delivery_tag: Some(Binary::from(vec![id as u8])),
+        message_format: Some(0),
+        settled: Some(settled),
+        more,
+        rcv_settle_mode: None,
+        state: None,
+        resume: false,
+        aborted: false,
+        batchable: false,
+    }
+}
+
+fn credit(handle: u32, n: u32, drain: bool) -> Flow {
+    Flow {
+        next_incoming_id: Some(0),
+        incoming_window: 1000,
+        next_outgoing_id: 0,
+        outgoing_window: 1000,
+        handle: Some(Handle(handle)),
+        delivery_count: Some(0),
+        link_credit: Some(n),
+        available: None,
+        drain,
+        echo: false,
+        properties: None,
+    }
+}
+
+/// The condition's symbol as it went on the wire (the decoder maps known symbols to enums).
+fn condition(e: &Option<definitions::Error>) -> String {
+    let Some(e) = e else { return "none".into() };
+    let wire = serde_amqp::to_vec(&e.condition).unwrap();
+    serde_amqp::from_slice::<Symbol>(&wire).unwrap().0
+}
+
+fn queue_msg(body: &'static [u8]) -> Arc<Message> {
+    Arc::new(Message {
+        id: Bytes::from_static(b"m"),
+        channel: Channel::from_static("q"),
+        client_id: Bytes::new(),
+        metadata: Bytes::new(),
+        body: Bytes::from_static(body),
+        tags: Default::default(),
+        timestamp_ns: 0,
+        sequence: 0,
+    })
+}
+
+#[test]
+fn open_advertises_half_our_idle_time_out_and_the_smaller_limits() {
+    let mut p = Peer::new(Settings { idle_timeout_ms: 120_000, max_frame_size: 131_072, session_max: 256, ..Settings::default() });
+    p.feed(&frame::AMQP_HEADER);
+    p.take_header();
+    p.send(0, Performative::Open(open(65536, 30_000)), &[]);
+    match &p.performatives()[..] {
+        [Performative::Open(o)] => {
+            assert_eq!(o.container_id, "KubeMQ");
+            assert_eq!(o.idle_time_out, Some(60_000));
+            assert_eq!(o.max_frame_size.0, 131_072);
+            assert_eq!(o.channel_max.0, 9);
+            assert!(o.offered_capabilities.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn sasl_anonymous_is_offered_only_with_authentication_off() {
+    for auth in [false, true] {
+        let mut p = Peer::new(Settings { auth_required: auth, ..Settings::default() });
+        p.feed(&frame::SASL_HEADER);
+        assert_eq!(p.take_header(), frame::SASL_HEADER);
+        match &p.frames()[..] {
+            [Frame::Sasl(SaslBody::Mechanisms(m))] => {
+                let names: Vec<&str> = m.sasl_server_mechanisms.0.iter().map(|s| s.0.as_str()).collect();
+                assert_eq!(names, if auth { vec!["PLAIN"] } else { vec!["PLAIN", "ANONYMOUS"] });
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn sasl_plain_checks_the_jwt_password_when_authentication_is_on() {
+    for (password, ok) in [(&b"good-token"[..], true), (&b"bad"[..], false)] {
+        let mut p = Peer::new(Settings { auth_required: true, ..Settings::default() });
+        p.feed(&frame::SASL_HEADER);
+        p.take_header();
+        p.frames();
+        let mut resp = b"\0user\0".to_vec();
+        resp.extend_from_slice(password);
+        let mut b = BytesMut::new();
+        write_sasl(&mut b, &SaslInit { mechanism: Symbol::from("PLAIN"), initial_response: Some(Binary::from(resp)), hostname: None });
+        let out = p.feed(&b);
+        match &p.frames()[..] {
+            [Frame::Sasl(SaslBody::Outcome(o))] => assert_eq!(o.code, if ok { SaslCode::Ok } else { SaslCode::Auth }),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(out.close, !ok);
+        if ok {
+            assert_eq!(p.m.client_id, Bytes::from_static(b"alice"));
+        }
+    }
+}
+
+#[test]
+fn without_sasl_authentication_on_refuses_the_connection() {
+    let mut p = Peer::new(Settings { auth_required: true, ..Settings::default() });
+    let out = p.feed(&frame::AMQP_HEADER);
+    assert_eq!(p.take_header(), frame::SASL_HEADER);
+    assert!(out.close);
+}
+
+#[test]
+fn a_sender_to_events_gets_credit_and_its_message_is_published() {
+    let mut p = Peer::opened(Settings { max_unsettled_per_link: 100, ..Settings::default() });
+    p.send(0, Performative::Attach(attach(0, Role::Sender, "events/x")), &[]);
+    match &p.performatives()[..] {
+        [Performative::Attach(a), Performative::Flow(f)] => {
+            assert_eq!(a.role, Role::Receiver);
+            assert_eq!(f.link_credit, Some(100));
+        }
+        other => panic!("{other:?}"),
+    }
+    let body = mapping::encode(b"x", b"hello", &Default::default());
+    let out = p.send(0, Performative::Transfer(transfer(0, 0, true, false)), &body);
+    match &out.ops[..] {
+        [(ArrayOp::Publish { pattern: Pattern::Events, msg }, None)] => {
+            assert_eq!(&msg.body[..], b"hello");
+            assert_eq!(msg.channel, Channel::from_static("x"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_multi_frame_transfer_is_joined_and_one_over_max_message_size_detaches() {
+    let mut p = Peer::opened(Settings { max_message_size: 300, ..Settings::default() });
+    p.send(0, Performative::Attach(attach(0, Role::Sender, "queues/q")), &[]);
+    p.performatives();
+    let body = mapping::encode(b"x", &[7u8; 200], &Default::default());
+    let (a, b) = body.split_at(100);
+    assert!(p.send(0, Performative::Transfer(transfer(0, 0, false, true)), a).ops.is_empty());
+    let out = p.send(0, Performative::Transfer(transfer(0, 0, false, false)), b);
+    let token = match &out.ops[..] {
+        [(ArrayOp::QueueSend { msg }, Some(t))] => {
+            assert_eq!(&msg.body[..], &[7u8; 200][..]);
+            *t
+        }
+        other => panic!("{other:?}"),
+    };
+    // Unsettled: the disposition comes once the queue holds it.
+    let mut out = Out::default();
+    p.m.completed(token, &mut out);
+    p.got.extend_from_slice(&out.write);
+    assert!(matches!(
+        &p.performatives()[..],
+        [Performative::Disposition(Disposition { first: 0, settled: true, state: Some(DeliveryState::Accepted(_)), .. })]
+    ));
+    // Over 300 bytes in all: the link is detached with message-size-exceeded.
+    let big = mapping::encode(b"x", &[1u8; 400], &Default::default());
+    p.send(0, Performative::Transfer(transfer(0, 1, false, true)), &big[..200]);
+    let out = p.send(0, Performative::Transfer(transfer(0, 1, false, false)), &big[200..]);
+    assert!(out.ops.is_empty());
+    match &p.performatives()[..] {
+        [Performative::Detach(d)] => assert_eq!(condition(&d.error), "amqp:link:message-size-exceeded"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them() {
+    let mut p = Peer::opened(Settings::default());
+    let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
+    let sub = match &out.ops[..] {
+        [(ArrayOp::Subscribe { sub, pattern: Pattern::Queues, channel, .. }, None)] => {
+            assert_eq!(*channel, Channel::from_static("q"));
+            *sub
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(a)] if a.role == Role::Sender));
+    let mut out = Out::default();
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"one"), 11, &mut out));
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"two"), 12, &mut out));
+    assert!(out.write.is_empty(), "no credit, nothing sent");
+    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    let frames = p.frames();
+    assert_eq!(frames.len(), 1, "one credit, one message");
+    match &frames[0] {
+        Frame::Amqp { performative, payload, .. } => {
+            assert!(matches!(&**performative, Performative::Transfer(t) if t.settled == Some(false)));
+            assert_eq!(&mapping::decode(payload).unwrap().body[..], b"one");
+        }
+        other => panic!("{other:?}"),
+    }
+    let settle = |state| Disposition { role: Role::Receiver, first: 0, last: None, settled: true, state: Some(state), batchable: false };
+    let out = p.send(0, Performative::Disposition(settle(DeliveryState::Accepted(Accepted {}))), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Ack, .. }, None)] if tags == &vec![11]));
+    p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
+    assert_eq!(p.frames().len(), 1);
+    let released = Disposition { first: 1, ..settle(DeliveryState::Released(Released {})) };
+    let out = p.send(0, Performative::Disposition(released), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Nack, .. }, None)] if tags == &vec![12]));
+    // Detach: the subscription ends (the array requeues what it still held).
+    let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Unsubscribe { .. }, None)]));
+}
+
+#[test]
+fn an_event_without_credit_is_dropped_and_with_credit_is_pre_settled() {
+    let mut p = Peer::opened(Settings::default());
+    let out = p.send(0, Performative::Attach(attach(2, Role::Receiver, "events/x")), &[]);
+    let ArrayOp::Subscribe { sub, .. } = &out.ops[0].0 else { panic!() };
+    let sub = *sub;
+    p.performatives();
+    let mut out = Out::default();
+    assert!(!p.m.deliver_event(sub, &queue_msg(b"lost"), &mut out));
+    p.send(0, Performative::Flow(credit(2, 5, false)), &[]);
+    assert!(p.m.deliver_event(sub, &queue_msg(b"kept"), &mut out));
+    p.got.extend_from_slice(&out.write);
+    assert!(matches!(&p.performatives()[..], [Performative::Transfer(t)] if t.settled == Some(true)));
+    // Drain with nothing to send: the credit is used up and the flow echoed.
+    p.send(0, Performative::Flow(credit(2, 5, true)), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Flow(f)] if f.link_credit == Some(0) && f.delivery_count == Some(5)));
+}
+
+#[test]
+fn a_bad_address_is_refused_with_not_found_and_a_null_terminus() {
+    let mut p = Peer::opened(Settings::default());
+    for address in ["nosuch/x", "events/a b", "queues/x*"] {
+        let out = p.send(0, Performative::Attach(attach(3, Role::Receiver, address)), &[]);
+        assert!(out.ops.is_empty());
+        match &p.performatives()[..] {
+            [Performative::Attach(a), Performative::Detach(d)] => {
+                assert!(a.source.is_none(), "{address}");
+                assert!(d.closed);
+                assert_eq!(condition(&d.error), "amqp:not-found", "{address}");
+            }
+            other => panic!("{address}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_crafted_huge_frame_size_closes_the_connection() {
+    let mut p = Peer::opened(Settings { max_frame_size: 4096, ..Settings::default() });
+    let out = p.feed(&[0x7f, 0xff, 0xff, 0xff, 2, 0, 0, 0]);
+    assert!(out.close);
+    assert!(p.m.is_closed());
+    assert!(matches!(&p.performatives()[..], [Performative::Close(c)] if condition(&c.error) == "amqp:decode-error"));
+}
+
+#[test]
+fn close_releases_every_link_and_is_answered() {
+    let mut p = Peer::opened(Settings::default());
+    p.send(0, Performative::Attach(attach(0, Role::Receiver, "queues/a")), &[]);
+    p.send(0, Performative::Attach(attach(1, Role::Receiver, "events/b")), &[]);
+    p.performatives();
+    let out = p.send(0, Performative::Close(Close { error: None }), &[]);
+    assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })).count(), 2);
+    assert!(out.close);
+    assert!(matches!(&p.performatives()[..], [Performative::Close(_)]));
+}
