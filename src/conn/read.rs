@@ -58,6 +58,7 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
         // A read error ends the connection exactly like EOF.
         let n = rd.read(&mut rbuf[start..]).await.unwrap_or_default();
         rbuf.truncate(start + n);
+        super::Counters::add(&conn.counters().bytes_in, n as u64);
         if n == 0 || conn.state.get() == super::State::Dead {
             break;
         }
@@ -69,6 +70,7 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
                 Ok(Some(Decoded::HeartBeat)) => {}
                 Ok(Some(Decoded::Frame(frame))) => {
                     Metrics::add(&core.metrics.frames_in, 1);
+                    super::Counters::add(&conn.counters().frames_in, 1);
                     // A bug in frame handling must cost this connection, not the core (and
                     // every other connection on it): contain the panic, answer `internal
                     // error`, close.
