@@ -2,7 +2,11 @@
 //! barriers, ERROR-then-close, liveness probes.
 use super::{Client, Frame, TestServer};
 use std::time::Duration;
+// Re-exported for `error_bytes` callers; a test binary that uses none of them (counters)
+// would otherwise warn.
+#[allow(unused_imports)]
 pub use stompgate::stomp::error::{Malformed, TooLarge};
+#[allow(unused_imports)]
 pub use stompgate::stomp::WireError;
 
 /// One frame's bytes from parts (headers written as given, no escaping).
