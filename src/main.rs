@@ -64,6 +64,7 @@ fn main() {
             std::process::exit(1);
         }
     }
+    stompgate::telemetry::serve_views(server.array());
     let plain = server.stomp_plain_addr().map_or_else(|| "off".into(), |a| a.to_string());
     let tls = server.stomp_tls_addr().map_or_else(|| "off".into(), |a| a.to_string());
     let (ws, wss) = (server.ws_addr(), server.ws_tls_addr());

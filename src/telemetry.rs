@@ -8,9 +8,16 @@
 //! is far from the per-message path. Without `--metrics-addr` no recorder is installed and
 //! every handle below is a no-op.
 pub mod http;
+pub mod views;
 
 use metrics::{counter, gauge, Counter, Gauge};
 use std::net::SocketAddr;
+
+/// Lets the metrics listener's operator views (`/api/channels`) ask `array`'s cores; call
+/// once the cores run. Before it, the views answer with empty lists.
+pub fn serve_views(array: crate::mesh::handle::ArrayHandle) {
+    views::set_array(array);
+}
 
 /// Installs the Prometheus recorder as the process's and starts the `/metrics` listener on its
 /// own thread. Must run before the cores and egress threads take their handles.

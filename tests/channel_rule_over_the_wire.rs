@@ -8,7 +8,7 @@ use common::props::*;
 use common::*;
 
 fn assert_invalid_destination(f: &Frame) {
-    assert_raw(f, b"ERROR\nmessage:invalid destination\ncontent-length:0\n\n\0");
+    assert_raw(f, &error_bytes(WireError::InvalidDestination, None));
 }
 
 #[test]

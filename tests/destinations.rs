@@ -40,9 +40,9 @@ fn rejects(server: &TestServer, command: &str, headers: &[(&str, &str)], message
     expect_error_close(&mut c, message)
 }
 
-/// The exact ERROR frame of a destination error without a hint body.
+/// The exact ERROR frame of an invalid destination, its body the destination rule.
 fn assert_invalid_destination(f: &Frame) {
-    assert_raw(f, b"ERROR\nmessage:invalid destination\ncontent-length:0\n\n\0");
+    assert_raw(f, &error_bytes(WireError::InvalidDestination, None));
 }
 
 // ---- primary prefixes and aliases ----
@@ -345,7 +345,7 @@ fn subscribe_to_command_is_refused() {
     let server = TestServer::start();
     for prefix in ["command", "commands"] {
         let f = rejects(&server, "SUBSCRIBE", &[("id", "s1"), ("destination", &format!("/{prefix}/{}", unique("x")))], "cannot subscribe to RPC destinations");
-        assert_raw(&f, b"ERROR\nmessage:cannot subscribe to RPC destinations\ncontent-length:0\n\n\0");
+        assert_raw(&f, &error_bytes(WireError::CannotSubscribeRpc, None));
     }
 }
 
@@ -354,7 +354,7 @@ fn subscribe_to_query_is_refused() {
     let server = TestServer::start();
     for prefix in ["query", "queries"] {
         let f = rejects(&server, "SUBSCRIBE", &[("id", "s1"), ("destination", &format!("/{prefix}/{}", unique("x")))], "cannot subscribe to RPC destinations");
-        assert_raw(&f, b"ERROR\nmessage:cannot subscribe to RPC destinations\ncontent-length:0\n\n\0");
+        assert_raw(&f, &error_bytes(WireError::CannotSubscribeRpc, None));
     }
 }
 

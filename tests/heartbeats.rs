@@ -131,7 +131,7 @@ fn malformed_heart_beat_is_error_and_close() {
     let server = server();
     for bad in ["100", "a,b", "1,2,3", "-1,5", "10,"] {
         let (mut c, f) = connect_hb(&server, "1.2", bad);
-        assert_raw(&f, b"ERROR\nmessage:malformed frame\ncontent-length:0\n\n\0");
+        assert_raw(&f, &error_bytes(WireError::MalformedFrame(Malformed::BadHeartBeat), None));
         assert!(c.closed(), "heart-beat:{bad} left open");
     }
 }

@@ -13,6 +13,7 @@ mod completion_cores;
 mod config_values_props;
 mod cross_core;
 mod destinations;
+mod error_hints;
 mod events;
 mod grpc_api;
 mod grpc_events;

@@ -103,3 +103,155 @@ fn at_most_sixteen_connections_are_served_at_once() {
     waiting.read_to_string(&mut text).expect("served once a permit is free");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }
+
+// ---- operator views (issue 18) ----
+
+/// The JSON body of `GET path`.
+fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+    let r = get(addr, path);
+    assert!(r.starts_with("HTTP/1.1 200"), "{path}: {r}");
+    assert!(r.to_ascii_lowercase().contains("content-type: application/json"), "{path}: {r}");
+    let body = r.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {body}"))
+}
+
+/// A client on `gw` that sent every frame itself, so the test knows the exact bytes in/out.
+struct Counted {
+    c: common::Client,
+    sent: usize,
+    received: usize,
+}
+
+impl Counted {
+    fn send(&mut self, command: &str, headers: &[(&str, &str)], body: &[u8]) {
+        let bytes = common::props::frame_bytes(command, headers, body);
+        self.sent += bytes.len();
+        self.c.send_raw(&bytes);
+    }
+    fn frame(&mut self, command: &str) -> common::Frame {
+        let f = self.c.frame();
+        assert_eq!(f.command, command, "{:?}", String::from_utf8_lossy(&f.raw));
+        self.received += f.raw.len();
+        f
+    }
+}
+
+fn connect_counted(addr: SocketAddr, version: &str, login: &str) -> Counted {
+    let mut c = Counted { c: common::Client::open(addr), sent: 0, received: 0 };
+    c.send("CONNECT", &[("accept-version", version), ("host", "localhost"), ("login", login)], b"");
+    c.frame("CONNECTED");
+    c
+}
+
+fn by_client<'a>(doc: &'a serde_json::Value, client_id: &str) -> &'a serde_json::Value {
+    doc["connections"].as_array().unwrap().iter().find(|c| c["client_id"] == client_id).unwrap_or_else(|| panic!("no {client_id}: {doc}"))
+}
+
+#[test]
+fn connections_view_lists_every_connection_with_its_subscriptions_and_traffic() {
+    let (gw, addr) = gateway_with_metrics();
+    let u = common::unique("view");
+    let (queue, topic) = (format!("/queue/{u}"), format!("/topic/{u}"));
+    let before_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let mut alice = connect_counted(gw.stomp_addr, "1.2", "alice");
+    alice.send("SUBSCRIBE", &[("id", "q1"), ("destination", &queue), ("ack", "client-individual"), ("receipt", "s1")], b"");
+    alice.frame("RECEIPT");
+    alice.send("SUBSCRIBE", &[("id", "t1"), ("destination", &topic), ("receipt", "s2")], b"");
+    alice.frame("RECEIPT");
+    let mut bob = connect_counted(gw.stomp_addr, "1.1", "bob");
+    for i in 0..2 {
+        bob.send("SEND", &[("destination", &queue), ("receipt", &format!("p{i}"))], b"job");
+        bob.frame("RECEIPT");
+    }
+    // Both queue messages delivered and not acknowledged.
+    alice.frame("MESSAGE");
+    alice.frame("MESSAGE");
+    let after_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+
+    // bytes_out is counted once the socket write returns, which may be just after the peer
+    // read it: look again briefly until it agrees.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let doc = loop {
+        let doc = get_json(addr, "/api/stomp/connections");
+        let done = by_client(&doc, "alice")["bytes_out"] == alice.received as u64 && by_client(&doc, "bob")["bytes_out"] == bob.received as u64;
+        if done || Instant::now() > deadline {
+            break doc;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(doc["connections"].as_array().unwrap().len(), 2, "{doc}");
+    assert_eq!(doc["truncated"], false);
+    let a = by_client(&doc, "alice");
+    assert_eq!(a["version"], "1.2");
+    assert_eq!(a["address"], alice.c.stream.local_addr().unwrap().to_string());
+    assert_eq!(a["frames_in"], 3, "CONNECT + 2 SUBSCRIBE: {a}");
+    assert_eq!(a["frames_out"], 5, "CONNECTED + 2 RECEIPT + 2 MESSAGE: {a}");
+    assert_eq!(a["bytes_in"], alice.sent as u64, "{a}");
+    assert_eq!(a["bytes_out"], alice.received as u64, "{a}");
+    assert_eq!(a["unacked"], 2, "{a}");
+    let since = a["connected_since_unix_ms"].as_u64().unwrap();
+    assert!((before_ms..=after_ms).contains(&since), "{since} not in {before_ms}..={after_ms}");
+    let mut subs = a["subscriptions"].as_array().unwrap().clone();
+    subs.sort_by_key(|s| s["id"].as_str().unwrap().to_string());
+    assert_eq!(
+        serde_json::Value::Array(subs),
+        serde_json::json!([
+            { "id": "q1", "pattern": "queue", "channel": u, "ack": "client-individual", "unacked": 2 },
+            { "id": "t1", "pattern": "topic", "channel": u, "ack": "auto", "unacked": 0 },
+        ])
+    );
+    let b = by_client(&doc, "bob");
+    assert_eq!(b["version"], "1.1");
+    assert_eq!((b["frames_in"].as_u64(), b["frames_out"].as_u64()), (Some(3), Some(3)), "{b}");
+    assert_eq!((b["bytes_in"].as_u64(), b["bytes_out"].as_u64()), (Some(bob.sent as u64), Some(bob.received as u64)), "{b}");
+    assert_eq!(b["subscriptions"], serde_json::json!([]));
+
+    // The reply is bounded: ?limit=1 lists one and says more exist.
+    let one = get_json(addr, "/api/stomp/connections?limit=1");
+    assert_eq!(one["connections"].as_array().unwrap().len(), 1, "{one}");
+    assert_eq!(one["truncated"], true);
+
+    // A closed connection leaves the view.
+    bob.send("DISCONNECT", &[("receipt", "bye")], b"");
+    bob.frame("RECEIPT");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while get_json(addr, "/api/stomp/connections")["connections"].as_array().unwrap().len() != 1 {
+        assert!(Instant::now() < deadline, "bob still listed after DISCONNECT");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn channels_view_lists_each_pattern_and_channel_with_its_counts() {
+    let (gw, addr) = gateway_with_metrics();
+    let u = common::unique("chview");
+    let mut c = connect_counted(gw.stomp_addr, "1.2", "ops");
+    c.send("SUBSCRIBE", &[("id", "t"), ("destination", &format!("/topic/{u}")), ("receipt", "s1")], b"");
+    c.frame("RECEIPT");
+    for (i, dest) in [format!("/queue/{u}"), format!("/queue/{u}"), format!("/topic-store/{u}")].iter().enumerate() {
+        c.send("SEND", &[("destination", dest), ("receipt", &format!("p{i}"))], b"abc");
+        c.frame("RECEIPT");
+    }
+    let doc = get_json(addr, "/api/channels");
+    let find = |pattern: &str| {
+        doc["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|ch| ch["pattern"] == pattern && ch["channel"] == u.as_str())
+            .cloned()
+            .unwrap_or_else(|| panic!("no {pattern} {u}: {doc}"))
+    };
+    let q = find("queues");
+    assert_eq!((q["waiting"].as_u64(), q["subscribers"].as_u64(), q["messages"].as_u64()), (Some(2), Some(0), Some(2)), "{q}");
+    let s = find("events_store");
+    assert_eq!((s["messages"].as_u64(), s["bytes"].as_u64()), (Some(1), Some(3)), "{s}");
+    let t = find("events");
+    assert_eq!(t["subscribers"], 1, "{t}");
+    assert_eq!(doc["truncated"], false);
+    let one = get_json(addr, "/api/channels?limit=1");
+    assert_eq!((one["channels"].as_array().unwrap().len(), one["truncated"].as_bool()), (1, Some(true)), "{one}");
+    // Only GET.
+    let r = exchange(addr, "POST /api/channels HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+}

@@ -175,11 +175,11 @@ fn error_caused_by_a_frame_with_receipt_carries_receipt_id() {
     let mut c = server.connected();
     c.send("SEND", &[("destination", "/queue/"), ("receipt", "r-bad")], b"x");
     let f = expect_error_close(&mut c, "invalid destination");
-    assert_raw(&f, b"ERROR\nmessage:invalid destination\nreceipt-id:r-bad\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::InvalidDestination, Some("r-bad")));
     let mut c = server.connected();
     c.send("UNSUBSCRIBE", &[("id", "nope"), ("receipt", "r-unsub")], b"");
     let f = expect_error_close(&mut c, "unknown subscription");
-    assert_raw(&f, b"ERROR\nmessage:unknown subscription\nreceipt-id:r-unsub\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::UnknownSubscription, Some("r-unsub")));
 }
 
 #[test]
@@ -188,11 +188,11 @@ fn frame_before_connect_is_not_connected() {
     let mut c = server.client();
     c.send("SEND", &[("destination", "/topic/x")], b"x");
     let f = expect_error_close(&mut c, "not connected");
-    assert_raw(&f, b"ERROR\nmessage:not connected\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::NotConnected, None));
     let mut c = server.client();
     c.send("SUBSCRIBE", &[("id", "s"), ("destination", "/topic/x"), ("receipt", "r0")], b"");
     let f = expect_error_close(&mut c, "not connected");
-    assert_raw(&f, b"ERROR\nmessage:not connected\nreceipt-id:r0\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::NotConnected, Some("r0")));
 }
 
 #[test]
@@ -202,24 +202,31 @@ fn second_connect_is_error_and_close() {
         let mut c = server.connected();
         c.send(command, &[("accept-version", "1.2"), ("host", "localhost")], b"");
         let f = expect_error_close(&mut c, "malformed frame");
-        assert_raw(&f, b"ERROR\nmessage:malformed frame\ncontent-length:0\n\n\0");
+        assert_raw(&f, &error_bytes(WireError::MalformedFrame(Malformed::SecondConnect), None));
     }
 }
 
 #[test]
 fn unknown_command_is_malformed_frame() {
     let server = TestServer::start();
-    for command in ["FOO", "send", "MESSAGE", "RECEIPT", "CONNECTED", "ERROR"] {
+    for (command, rule) in [
+        ("FOO", Malformed::UnknownCommand),
+        ("send", Malformed::UnknownCommand),
+        ("MESSAGE", Malformed::ServerFrame),
+        ("RECEIPT", Malformed::ServerFrame),
+        ("CONNECTED", Malformed::ServerFrame),
+        ("ERROR", Malformed::ServerFrame),
+    ] {
         let mut c = server.connected();
         c.send(command, &[("destination", "/topic/x")], b"");
         let f = expect_error_close(&mut c, "malformed frame");
-        assert_raw(&f, b"ERROR\nmessage:malformed frame\ncontent-length:0\n\n\0");
+        assert_raw(&f, &error_bytes(WireError::MalformedFrame(rule), None));
     }
     // Before CONNECT too.
     let mut c = server.client();
     c.send("FOO", &[], b"");
     let f = expect_error_close(&mut c, "malformed frame");
-    assert_raw(&f, b"ERROR\nmessage:malformed frame\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::MalformedFrame(Malformed::UnknownCommand), None));
 }
 
 #[test]
@@ -229,7 +236,7 @@ fn subscribe_without_id_is_malformed_on_1_1_and_1_2() {
         let mut c = connect_version(&server, version);
         c.send("SUBSCRIBE", &[("destination", &format!("/topic/{}", unique("noid")))], b"");
         let f = expect_error_close(&mut c, "malformed frame");
-        assert_raw(&f, b"ERROR\nmessage:malformed frame\ncontent-length:0\n\n\0");
+        assert_raw(&f, &error_bytes(WireError::MalformedFrame(Malformed::SubscribeWithoutId), None));
     }
 }
 
@@ -266,7 +273,7 @@ fn duplicate_subscription_id_is_error() {
     subscribe(&mut c, "s1", &format!("/topic/{}", unique("dup")), &[]);
     c.send("SUBSCRIBE", &[("id", "s1"), ("destination", &format!("/queue/{}", unique("dup"))), ("receipt", "r2")], b"");
     let f = expect_error_close(&mut c, "duplicate subscription id");
-    assert_raw(&f, b"ERROR\nmessage:duplicate subscription id\nreceipt-id:r2\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::DuplicateSubscription, Some("r2")));
 }
 
 #[test]
@@ -275,7 +282,7 @@ fn unsubscribe_unknown_id_is_error() {
     let mut c = server.connected();
     c.send("UNSUBSCRIBE", &[("id", "never")], b"");
     let f = expect_error_close(&mut c, "unknown subscription");
-    assert_raw(&f, b"ERROR\nmessage:unknown subscription\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::UnknownSubscription, None));
     // An id that was unsubscribed already is unknown too.
     let mut c = server.connected();
     subscribe(&mut c, "s1", &format!("/topic/{}", unique("u")), &[]);
@@ -291,7 +298,7 @@ fn commit_or_abort_of_unknown_transaction_is_error() {
         let mut c = server.connected();
         c.send(command, &[("transaction", "nope")], b"");
         let f = expect_error_close(&mut c, "unknown transaction");
-        assert_raw(&f, b"ERROR\nmessage:unknown transaction\ncontent-length:0\n\n\0");
+        assert_raw(&f, &error_bytes(WireError::UnknownTransaction, None));
     }
     // A committed transaction is gone.
     let mut c = server.connected();
@@ -313,7 +320,7 @@ fn max_connections_refuses_the_extra_connect_until_one_closes() {
     let mut c = server.client();
     c.send("CONNECT", &[("accept-version", "1.2"), ("host", "localhost")], b"");
     let f = expect_error_close(&mut c, "too many connections");
-    assert_raw(&f, b"ERROR\nmessage:too many connections\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::TooManyConnections, None));
     a.send("DISCONNECT", &[("receipt", "bye")], b"");
     assert_raw(&a.frame(), &receipt_bytes("bye"));
     assert!(a.closed());
@@ -344,7 +351,7 @@ fn frames_before_an_error_still_take_effect() {
     out.extend(frame_bytes("SEND", &[("destination", "/queue/"), ("receipt", "bad")], b"x"));
     c.send_raw(&out);
     let f = expect_error_close(&mut c, "invalid destination");
-    assert_raw(&f, b"ERROR\nmessage:invalid destination\nreceipt-id:bad\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::InvalidDestination, Some("bad")));
     let mut d = server.connected();
     for i in 0..5 {
         d.send("SUBSCRIBE", &[("id", &format!("q{i}")), ("destination", &format!("/queue/{u}-{i}"))], b"");
@@ -371,7 +378,7 @@ fn receipts_of_earlier_frames_come_before_the_error() {
         assert_raw(&c.frame(), &receipt_bytes(&format!("r{i}")));
     }
     let f = expect_error_close(&mut c, "invalid destination");
-    assert_raw(&f, b"ERROR\nmessage:invalid destination\nreceipt-id:bad\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::InvalidDestination, Some("bad")));
 }
 
 /// Seen failing: decoder-level errors are written with no `receipt-id`, even when the whole
@@ -383,10 +390,10 @@ fn decode_error_after_a_parsed_receipt_carries_receipt_id() {
     // Whole header block parsed; byte 3 of the body is 'd', not NUL.
     c.send_raw(b"SEND\ndestination:/topic/x\nreceipt:r-lie\ncontent-length:3\n\nabcd\0");
     let f = expect_error_close(&mut c, "malformed frame");
-    assert_raw(&f, b"ERROR\nmessage:malformed frame\nreceipt-id:r-lie\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::MalformedFrame(Malformed::NoNulAfterContentLength), Some("r-lie")));
     // Whole header block parsed; the body then outgrows max_body_size.
     let mut c = server.connected();
     c.send_raw_lossy(&frame_bytes("SEND", &[("destination", "/topic/x"), ("receipt", "r-big")], &[b'x'; 2000]));
     let f = expect_error_close(&mut c, "frame too large");
-    assert_raw(&f, b"ERROR\nmessage:frame too large\nreceipt-id:r-big\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::FrameTooLarge(TooLarge::Body(1024)), Some("r-big")));
 }

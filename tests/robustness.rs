@@ -77,16 +77,16 @@ fn garbage_after_a_valid_command_line_never_hangs() {
 #[test]
 fn garbage_header_lines_are_malformed() {
     let server = TestServer::start();
-    for head in [
-        &b"SEND\nno colon here\n\n\0"[..],
-        b"SEND\n:empty-name\n\n\0",
-        b"SEND\ndestination:/topic/x\ncontent-length:ten\n\nbody\0",
-        b"SEND\ndestination:/topic/x\ncontent-length:-1\n\nbody\0",
+    for (head, rule) in [
+        (&b"SEND\nno colon here\n\n\0"[..], Malformed::HeaderWithoutColon),
+        (b"SEND\n:empty-name\n\n\0", Malformed::EmptyHeaderName),
+        (b"SEND\ndestination:/topic/x\ncontent-length:ten\n\nbody\0", Malformed::BadContentLength),
+        (b"SEND\ndestination:/topic/x\ncontent-length:-1\n\nbody\0", Malformed::BadContentLength),
     ] {
         let mut c = server.connected();
         c.send_raw(head);
         let f = expect_error_close(&mut c, "malformed frame");
-        assert_raw(&f, b"ERROR\nmessage:malformed frame\ncontent-length:0\n\n\0");
+        assert_raw(&f, &error_bytes(WireError::MalformedFrame(rule), None));
     }
 }
 
@@ -124,7 +124,7 @@ fn lying_content_length_is_malformed_frame() {
     // content-length:10 but a 3-byte body: byte 10 of what follows is 'k', not NUL.
     c.send_raw(format!("SEND\ndestination:{dest}\ncontent-length:10\n\nabc\0efghijklmnop\0").as_bytes());
     let f = expect_error_close(&mut c, "malformed frame");
-    assert_raw(&f, b"ERROR\nmessage:malformed frame\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::MalformedFrame(Malformed::NoNulAfterContentLength), None));
     bystander.no_frame(QUIET);
     assert_alive(&mut bystander);
 }
@@ -136,7 +136,7 @@ fn header_block_over_64_kib_is_frame_too_large() {
     let big = "h".repeat(70 * 1024);
     c.send_raw_lossy(&frame_bytes("SUBSCRIBE", &[("id", "s"), ("destination", "/topic/x"), ("x-big", &big)], b""));
     let f = expect_error_close(&mut c, "frame too large");
-    assert_raw(&f, b"ERROR\nmessage:frame too large\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::FrameTooLarge(TooLarge::HeaderBlock(65536)), None));
     // A header block that never ends: refused once 64 KiB are buffered, not waited on.
     let mut c = server.connected();
     c.send_raw_lossy(format!("SEND\ndestination:/topic/x\nx-endless:{big}").as_bytes());
@@ -175,7 +175,7 @@ fn more_than_128_headers_is_frame_too_large() {
     c.send("SEND", &h, b"x");
     let f = expect_error_close(&mut c, "frame too large");
     // The receipt header was parsed before the limit was hit, so the ERROR echoes it.
-    assert_raw(&f, b"ERROR\nmessage:frame too large\nreceipt-id:r128\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::FrameTooLarge(TooLarge::HeaderCount(128)), Some("r128")));
     // On any command.
     let mut c = server.connected();
     let h: Vec<(&str, &str)> = (0..129).map(|_| ("x-rep", "v")).collect();
@@ -194,7 +194,7 @@ fn body_over_max_body_size_is_frame_too_large() {
     let mut c = server.connected();
     c.send_raw_lossy(&frame_bytes("SEND", &[("destination", &dest), ("content-length", "2048")], &body));
     let f = expect_error_close(&mut c, "frame too large");
-    assert_raw(&f, b"ERROR\nmessage:frame too large\ncontent-length:0\n\n\0");
+    assert_raw(&f, &error_bytes(WireError::FrameTooLarge(TooLarge::Body(1024)), None));
     // Without: refused once more than 1024 bytes arrived without a NUL.
     let mut c = server.connected();
     c.send_raw_lossy(&frame_bytes("SEND", &[("destination", &dest)], &body));

@@ -65,6 +65,7 @@ pub fn event(conn: &Conn, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>,
         };
     }
     write_event(core, &mut conn.wq.borrow_mut(), version, sub, n, pattern, msg);
+    super::Counters::add(&conn.counters().frames_out, 1);
     conn.write_ready.set();
     Delivery::Queued
 }
@@ -112,6 +113,7 @@ pub fn unpark(conn: &Conn, core: &Core, now: Instant, settled: &mut Vec<Ticket>)
         |sub| (sub.queued as usize) < limit || !blocked,
         |n, sub, parked| {
             write_event(core, &mut wq, version, sub, n, parked.pattern, &parked.msg);
+            super::Counters::add(&conn.counters().frames_out, 1);
             wrote = true;
         },
         settled,
@@ -140,6 +142,7 @@ pub fn queue(conn: &Conn, core: &Core, msg: &Arc<Message>, n: SubNo, owner: Core
         let head = MessageHead { destination, message_id: id, subscription: &sub.id, ack, redelivered, correlation_id: None };
         write_message(&mut wq.buf, version, &head, |w| write_egress_tag_headers(&msg.tags, &msg.metadata, w), &msg.body)
     });
+    super::Counters::add(&conn.counters().frames_out, 1);
     count_dropped_headers(core, dropped);
     if sub.needs_ack() {
         sub.unacked.push_back((owner, tag));
@@ -202,6 +205,7 @@ pub fn rpc_reply(conn: &Conn, core: &Core, n: SubNo, pattern: Pattern, correlati
         )
     });
     count_dropped_headers(core, dropped);
+    super::Counters::add(&conn.counters().frames_out, 1);
     drop(wq);
     conn.write_ready.set();
 }

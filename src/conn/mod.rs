@@ -13,7 +13,7 @@ use crate::engine::endpoint::{Delivery, Endpoint};
 use crate::engine::event::LocalEvent;
 use crate::engine::metrics::Metrics;
 use crate::engine::Core;
-use crate::mesh::msg::{ConnId, CoreId, RpcOutcome, SubNo, Ticket};
+use crate::mesh::msg::{ConnId, ConnectionView, CoreId, RpcOutcome, SubNo, SubscriptionView, Ticket, VIEW_TEXT_MAX};
 use crate::model::{Message, Pattern};
 use crate::session::{Action, Host, Session};
 use crate::stomp::{server, WireError};
@@ -60,6 +60,27 @@ pub struct Conn {
     slot: admission::SessionSlot,
     /// The peer's address, for the audit log of authentication.
     peer: Option<std::net::SocketAddr>,
+    /// The operator view's counters (`/api/stomp/connections`): plain cells, only this core
+    /// touches them.
+    counters: Counters,
+}
+
+/// Per-connection traffic, for the operator view. Incremented on the owning core only.
+#[derive(Default)]
+pub struct Counters {
+    pub frames_in: Cell<u64>,
+    pub bytes_in: Cell<u64>,
+    pub frames_out: Cell<u64>,
+    pub bytes_out: Cell<u64>,
+    /// When CONNECTED was queued (Unix ms); 0 before.
+    pub connected_at_ms: Cell<u64>,
+}
+
+impl Counters {
+    #[inline]
+    pub fn add(cell: &Cell<u64>, n: u64) {
+        cell.set(cell.get().wrapping_add(n));
+    }
 }
 
 /// The session's view of the process: this core, and the peer's address (for the audit log).
@@ -129,7 +150,43 @@ impl Conn {
             actions: RefCell::new(Vec::new()),
             slot: admission::SessionSlot::default(),
             peer: None,
+            counters: Counters::default(),
         }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// This connection as `/api/stomp/connections` shows it; `None` before CONNECTED.
+    fn view(&self) -> Option<ConnectionView> {
+        let session = self.session.borrow();
+        if !session.is_open() {
+            return None;
+        }
+        let c = &self.counters;
+        let subscriptions = session
+            .subs
+            .iter()
+            .map(|(_, s)| SubscriptionView {
+                id: Bytes::copy_from_slice(&s.id[..s.id.len().min(VIEW_TEXT_MAX)]),
+                pattern: s.pattern,
+                channel: s.channel.clone(),
+                ack: s.ack.as_str(),
+                unacked: s.unacked.len() as u64,
+            })
+            .collect();
+        Some(ConnectionView {
+            client_id: Bytes::copy_from_slice(&session.client_id()[..session.client_id().len().min(VIEW_TEXT_MAX)]),
+            peer: self.peer,
+            version: session.version().as_str(),
+            connected_at_ms: c.connected_at_ms.get(),
+            frames_in: c.frames_in.get(),
+            bytes_in: c.bytes_in.get(),
+            frames_out: c.frames_out.get(),
+            bytes_out: c.bytes_out.get(),
+            subscriptions,
+        })
     }
 
     /// Whether frames are still handled and deliveries written.
@@ -185,6 +242,7 @@ impl Conn {
             match action {
                 Action::Connected { version, heart_beat, advertised, session } => {
                     self.heartbeat.set(heart_beat);
+                    self.counters.connected_at_ms.set(crate::model::now_unix_ns().max(0) as u64 / 1_000_000);
                     self.write(core, |buf| server::write_connected(buf, version, advertised, &session));
                     tracing::debug!(core = %core.id, conn = self.id.0, version = version.as_str(), "connected");
                 }
@@ -211,6 +269,7 @@ impl Conn {
 
     /// Appends one server frame and wakes the writer.
     fn write(&self, core: &Core, build: impl FnOnce(&mut bytes::BytesMut) -> u32) {
+        Counters::add(&self.counters.frames_out, 1);
         let dropped = build(&mut self.wq.borrow_mut().buf);
         if dropped > 0 {
             Metrics::add(&core.metrics.headers_dropped, u64::from(dropped));
@@ -249,6 +308,10 @@ impl Conn {
 }
 
 impl Endpoint for Conn {
+    fn view(&self) -> Option<ConnectionView> {
+        Conn::view(self)
+    }
+
     fn deliver_event(&self, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, sub: SubNo, ticket: Option<Ticket>) -> Delivery {
         deliver::event(self, core, pattern, msg, sub, ticket)
     }

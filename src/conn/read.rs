@@ -3,7 +3,8 @@ use super::write::{OUTPUT_PAUSE_BYTES, OUTPUT_RESUME_BYTES};
 use super::Conn;
 use crate::engine::metrics::Metrics;
 use crate::engine::Core;
-use crate::stomp::{DecodeError, Decoded, Decoder, Limits, PartialShare, WireError};
+use crate::stomp::error::TooLarge;
+use crate::stomp::{Decoded, Decoder, Limits, PartialShare, WireError};
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
 use std::rc::Rc;
@@ -65,6 +66,7 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
             Err(_) => 0,
         };
         rbuf.truncate(start + n);
+        super::Counters::add(&conn.counters().bytes_in, n as u64);
         if n == 0 || conn.state.get() == super::State::Dead {
             break;
         }
@@ -76,6 +78,7 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
                 Ok(Some(Decoded::HeartBeat)) => {}
                 Ok(Some(Decoded::Frame(frame))) => {
                     Metrics::add(&core.metrics.frames_in, 1);
+                    super::Counters::add(&conn.counters().frames_in, 1);
                     // A bug in frame handling must cost this connection, not the core (and
                     // every other connection on it): contain the panic, answer `internal
                     // error`, close.
@@ -91,18 +94,14 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
                     }
                 }
                 Err(e) => {
-                    let err = match e {
-                        DecodeError::FrameTooLarge => WireError::FrameTooLarge,
-                        DecodeError::Malformed => WireError::MalformedFrame,
-                    };
-                    conn.fail(core, err, decoder.error_receipt().cloned());
+                    conn.fail(core, decoder.wire_error(e), decoder.error_receipt().cloned());
                     break 'read;
                 }
             }
         }
         // What is left in the buffer is the frame not complete yet (issue 13's budget).
         if partial.update(rbuf.len(), core.cfg.partial_frames_budget) {
-            conn.fail(core, WireError::FrameTooLarge, None);
+            conn.fail(core, WireError::FrameTooLarge(TooLarge::PartialFrames(core.cfg.partial_frames_budget)), None);
             break 'read;
         }
         // One Settle per subscription for the whole batch's ACKs (see session::PendingSettle).

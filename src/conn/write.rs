@@ -108,6 +108,7 @@ async fn write_tracking_blocked(conn: &Conn, wr: &mut super::stream::WriteHalf, 
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
+        super::Counters::add(&conn.counters().bytes_out, n as u64);
         conn.write_blocked.set(false);
         pos += n;
         conn.wq.borrow_mut().in_flight = buf.len() - pos;

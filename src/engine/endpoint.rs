@@ -43,4 +43,9 @@ pub trait Endpoint {
     fn shut_down(&self, core: &Rc<Core>);
     /// Close at once, writing nothing more.
     fn kill(&self);
+    /// This endpoint as the operator view shows it (`/api/stomp/connections`); `None` for
+    /// endpoints that are not (yet) a connected STOMP session.
+    fn view(&self) -> Option<crate::mesh::msg::ConnectionView> {
+        None
+    }
 }

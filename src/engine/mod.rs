@@ -236,6 +236,9 @@ impl Core {
             CoreMsg::DetachSink { conn } => {
                 self.sinks.borrow_mut().remove(&conn);
             }
+            CoreMsg::ListConnections { reply } => {
+                reply.send(self.all_endpoints().iter().filter_map(|e| e.view()).collect());
+            }
             CoreMsg::Deliver { pattern, msg, subs, done } => {
                 let mut parked = 0;
                 for sub in subs {

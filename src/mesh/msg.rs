@@ -236,6 +236,36 @@ pub struct ChannelStats {
     pub subscribers: u64,
 }
 
+/// How many bytes of a client-chosen name (client id, subscription id) the operator view shows.
+pub const VIEW_TEXT_MAX: usize = 256;
+
+/// One STOMP connection in the operator view, built on its core from its own state.
+#[derive(Clone, Debug)]
+pub struct ConnectionView {
+    /// At most [`VIEW_TEXT_MAX`] bytes.
+    pub client_id: Bytes,
+    pub peer: Option<std::net::SocketAddr>,
+    pub version: &'static str,
+    /// When CONNECTED was sent, Unix ms.
+    pub connected_at_ms: u64,
+    pub frames_in: u64,
+    pub bytes_in: u64,
+    pub frames_out: u64,
+    pub bytes_out: u64,
+    pub subscriptions: Vec<SubscriptionView>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SubscriptionView {
+    /// At most [`VIEW_TEXT_MAX`] bytes.
+    pub id: Bytes,
+    pub pattern: Pattern,
+    pub channel: Channel,
+    pub ack: &'static str,
+    /// Queue deliveries not yet acknowledged.
+    pub unacked: u64,
+}
+
 /// A delivery target outside the cores (see `CoreMsg::AttachSink`), as a STOMP connection is one
 /// inside them (`engine::endpoint::Endpoint`). A trait object, not a mailbox, because a
 /// delivery needs an answer at once, on the core thread: whether the sink parked it (holding
@@ -349,6 +379,10 @@ pub enum CoreMsg {
         pattern: Pattern,
         reply: Mailbox<Vec<ChannelStats>>,
     },
+    /// The STOMP connections this core serves (the operator view `/api/stomp/connections`).
+    ListConnections {
+        reply: Mailbox<Vec<ConnectionView>>,
+    },
 
     /// Answered with `Done` once everything sent before it on this path has been handled:
     /// orders a DISCONNECT receipt after the connection's earlier work (spec: "receipt on
@@ -429,6 +463,7 @@ impl CoreMsg {
             CoreMsg::DetachSink { .. } => "DetachSink",
             CoreMsg::DeleteChannel { .. } => "DeleteChannel",
             CoreMsg::ListChannels { .. } => "ListChannels",
+            CoreMsg::ListConnections { .. } => "ListConnections",
             CoreMsg::Barrier(_) => "Barrier",
             CoreMsg::Deliver { .. } => "Deliver",
             CoreMsg::QueueDeliver { .. } => "QueueDeliver",

@@ -40,7 +40,9 @@ use crate::config::Config;
 use crate::mesh::msg::{Settle, StartAt, SubNo, Ticket};
 use crate::mesh::op::ArrayOp;
 use crate::model::{Channel, Message, Pattern};
+use crate::route::tags::{MAX_CUSTOM_TAGS, MAX_TAG_VALUE_LEN};
 use crate::route::{headers_to_tags, parse_destination, DestinationError, Intent};
+use crate::stomp::error::{Malformed, TooLarge};
 use crate::stomp::negotiate::{negotiate_heart_beat, negotiate_version, parse_heart_beat};
 use crate::stomp::{Command, Frame, Version, WireError};
 use ahash::AHashMap;
@@ -331,7 +333,7 @@ impl Session {
             match parse_heart_beat(h.get(b"heart-beat").map(|v| &v[..])) {
                 Ok(hb) => (hb, (self.cfg.heartbeat_ms, self.cfg.heartbeat_ms)),
                 Err(()) => {
-                    self.fail(WireError::MalformedFrame, None, out);
+                    self.fail(WireError::MalformedFrame(Malformed::BadHeartBeat), None, out);
                     return false;
                 }
             }
@@ -362,8 +364,9 @@ impl Session {
                 self.on_disconnect(&frame, out);
                 return false;
             }
-            // A second CONNECT, or a server frame sent by a client.
-            _ => Err((WireError::MalformedFrame, receipt_of(&frame))),
+            Command::Connect | Command::Stomp => Err((WireError::MalformedFrame(Malformed::SecondConnect), receipt_of(&frame))),
+            // A server frame sent by a client.
+            _ => Err((WireError::MalformedFrame(Malformed::ServerFrame), receipt_of(&frame))),
         };
         match result {
             Ok(()) => self.state == State::Connected,
@@ -391,12 +394,12 @@ impl Session {
     }
 
     fn on_send(&mut self, frame: Frame, host: &dyn Host, from_commit: bool, out: &mut Vec<Action>) -> Handled {
-        let Some(raw) = frame.headers.get(b"destination") else { return reject(&frame, WireError::MalformedFrame) };
+        let Some(raw) = frame.headers.get(b"destination") else { return reject(&frame, WireError::MalformedFrame(Malformed::SendWithoutDestination)) };
         let dest = parse_destination(raw, self.cfg.default_pattern, Intent::Send).map_err(|e| (destination_error(e), receipt_of(&frame)))?;
         if !self.authz.allows(host, &self.client_id, dest.pattern, &dest.channel.0, Access::Write) {
             return reject(&frame, WireError::AccessDenied);
         }
-        let tags = headers_to_tags(&frame.headers).map_err(|_| (WireError::FrameTooLarge, receipt_of(&frame)))?;
+        let tags = headers_to_tags(&frame.headers).map_err(|_| (WireError::FrameTooLarge(TAGS_LIMIT), receipt_of(&frame)))?;
         // Validated now, so a bad frame fails at SEND time even inside a transaction.
         if self.hold_in_transaction(&frame, from_commit)? {
             self.receipt_now(&frame, out);
@@ -432,7 +435,7 @@ impl Session {
                     Some(t) => match t.trim().parse::<u64>() {
                         Ok(0) => max_ms,
                         Ok(ms) => ms.min(max_ms),
-                        Err(_) => return reject(&frame, WireError::MalformedFrame),
+                        Err(_) => return reject(&frame, WireError::MalformedFrame(Malformed::BadTimeout)),
                     },
                 };
                 self.rpc_pending += 1;
@@ -462,17 +465,17 @@ impl Session {
 
     fn on_subscribe(&mut self, frame: &Frame, host: &dyn Host, out: &mut Vec<Action>) -> Handled {
         let h = &frame.headers;
-        let Some(raw) = h.get(b"destination") else { return reject(frame, WireError::MalformedFrame) };
+        let Some(raw) = h.get(b"destination") else { return reject(frame, WireError::MalformedFrame(Malformed::SubscribeWithoutDestination)) };
         let id = match (h.get(b"id"), self.version) {
             (Some(id), _) => id.clone(),
             (None, Version::V1_0) => raw.clone(),
-            (None, _) => return reject(frame, WireError::MalformedFrame),
+            (None, _) => return reject(frame, WireError::MalformedFrame(Malformed::SubscribeWithoutId)),
         };
         let ack = match h.get(b"ack").map(|a| &a[..]) {
             None | Some(b"auto") => AckMode::Auto,
             Some(b"client") => AckMode::Client,
             Some(b"client-individual") => AckMode::ClientIndividual,
-            Some(_) => return reject(frame, WireError::MalformedFrame),
+            Some(_) => return reject(frame, WireError::MalformedFrame(Malformed::BadAckMode)),
         };
         let dest = parse_destination(raw, self.cfg.default_pattern, Intent::Subscribe).map_err(|e| (destination_error(e), receipt_of(frame)))?;
         // `/reply/` is local to this connection: always allowed (never asked of the rules).
@@ -482,7 +485,7 @@ impl Session {
         let start = match (dest.pattern, h.get(b"x-kubemq-start")) {
             (Pattern::EventsStore, Some(v)) => match start::parse_start(v, host.now_ns()) {
                 Some(s) => s,
-                None => return reject(frame, WireError::MalformedFrame),
+                None => return reject(frame, WireError::MalformedFrame(Malformed::BadStart)),
             },
             _ => StartAt::NewOnly,
         };
@@ -528,9 +531,9 @@ impl Session {
             (Some(id), _) => id,
             (None, Version::V1_0) => match h.get(b"destination") {
                 Some(d) => d,
-                None => return reject(frame, WireError::MalformedFrame),
+                None => return reject(frame, WireError::MalformedFrame(Malformed::Unsubscribe10WithoutIdOrDestination)),
             },
-            (None, _) => return reject(frame, WireError::MalformedFrame),
+            (None, _) => return reject(frame, WireError::MalformedFrame(Malformed::UnsubscribeWithoutId)),
         };
         let Some(n) = self.subs.number_of(id) else { return reject(frame, WireError::UnknownSubscription) };
         let local = self.subs.get(n).is_some_and(|s| s.pattern == Pattern::Reply);
@@ -551,7 +554,8 @@ impl Session {
             Version::V1_2 => h.get(b"id"),
             _ => h.get(b"message-id"),
         };
-        let Some(id) = id.cloned() else { return reject(&frame, WireError::MalformedFrame) };
+        let missing = if self.version == Version::V1_2 { Malformed::AckWithoutId } else { Malformed::AckWithoutMessageId };
+        let Some(id) = id.cloned() else { return reject(&frame, WireError::MalformedFrame(missing)) };
         if self.hold_in_transaction(&frame, from_commit)? {
             self.receipt_now(&frame, out);
             return Ok(());
@@ -608,9 +612,9 @@ impl Session {
     }
 
     fn on_begin(&mut self, frame: &Frame, out: &mut Vec<Action>) -> Handled {
-        let Some(tx) = frame.headers.get(b"transaction") else { return reject(frame, WireError::MalformedFrame) };
+        let Some(tx) = frame.headers.get(b"transaction") else { return reject(frame, WireError::MalformedFrame(Malformed::BeginWithoutTransaction)) };
         if self.txs.contains_key(tx) {
-            return reject(frame, WireError::MalformedFrame);
+            return reject(frame, WireError::MalformedFrame(Malformed::TransactionAlreadyOpen));
         }
         if self.txs.len() >= self.cfg.max_transactions {
             return reject(frame, WireError::TooManyTransactions);
@@ -621,7 +625,9 @@ impl Session {
     }
 
     fn take_transaction(&mut self, frame: &Frame) -> Result<Vec<Frame>, (WireError, Option<Bytes>)> {
-        let Some(tx) = frame.headers.get(b"transaction") else { return Err((WireError::MalformedFrame, receipt_of(frame))) };
+        let Some(tx) = frame.headers.get(b"transaction") else {
+            return Err((WireError::MalformedFrame(Malformed::CommitWithoutTransaction), receipt_of(frame)));
+        };
         self.txs.remove(tx).ok_or_else(|| (WireError::UnknownTransaction, receipt_of(frame)))
     }
 
@@ -663,6 +669,9 @@ impl Session {
         }
     }
 }
+
+/// `frame too large` for headers that cannot become KubeMQ tags (route::tags' bounds).
+const TAGS_LIMIT: TooLarge = TooLarge::Tags { max_custom: MAX_CUSTOM_TAGS, max_value: MAX_TAG_VALUE_LEN };
 
 fn receipt_of(frame: &Frame) -> Option<Bytes> {
     frame.headers.get(b"receipt").cloned()

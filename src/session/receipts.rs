@@ -105,6 +105,7 @@ impl Receipts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stomp::error::Malformed;
 
     fn due(r: &mut Receipts) -> Vec<Due> {
         let mut d = Vec::new();
@@ -129,10 +130,10 @@ mod tests {
     fn an_error_waits_behind_owed_receipts_and_ends_the_queue() {
         let mut r = Receipts::default();
         let a = r.expect(Some(Bytes::from_static(b"a")), true, false);
-        r.expect_error(WireError::MalformedFrame, Some(Bytes::from_static(b"x")));
+        r.expect_error(WireError::MalformedFrame(Malformed::ServerFrame), Some(Bytes::from_static(b"x")));
         assert_eq!(due(&mut r), vec![]);
         r.complete(a);
-        assert_eq!(due(&mut r), vec![Due::Receipt("a".into()), Due::Error(WireError::MalformedFrame, Some("x".into()))]);
+        assert_eq!(due(&mut r), vec![Due::Receipt("a".into()), Due::Error(WireError::MalformedFrame(Malformed::ServerFrame), Some("x".into()))]);
         assert!(r.is_empty());
     }
 

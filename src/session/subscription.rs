@@ -18,6 +18,17 @@ pub enum AckMode {
     ClientIndividual,
 }
 
+impl AckMode {
+    /// The `ack` header value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AckMode::Auto => "auto",
+            AckMode::Client => "client",
+            AckMode::ClientIndividual => "client-individual",
+        }
+    }
+}
+
 /// An Events / Events-Store delivery waiting for its subscriber's buffer to drain.
 #[derive(Debug)]
 pub struct ParkedEvent {
@@ -124,6 +135,11 @@ impl Subscriptions {
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (SubNo, &mut Subscription)> {
         self.by_no.iter_mut().map(|(&n, s)| (n, s))
+    }
+
+    /// Every subscription, in no particular order (the operator view).
+    pub fn iter(&self) -> impl Iterator<Item = (SubNo, &Subscription)> {
+        self.by_no.iter().map(|(&n, s)| (n, s))
     }
 
     pub fn is_empty(&self) -> bool {

@@ -114,7 +114,7 @@ fn connect_refusals() {
 
     let mut s = session_with(|_| {});
     let (_, out) = feed(&mut s, frame(Command::Connect, &[("accept-version", "1.2"), ("heart-beat", "x,1")], ""));
-    assert_eq!(error_of(&out).0, WireError::MalformedFrame);
+    assert_eq!(error_of(&out).0, WireError::MalformedFrame(Malformed::BadHeartBeat));
 
     // 1.0 has no heart-beats: the header is not even parsed.
     let mut s = session_with(|_| {});
@@ -220,7 +220,7 @@ fn subscribe_and_unsubscribe_in_every_version() {
             assert!(matches!(ops(&out).as_slice(), [(ArrayOp::Unsubscribe { pattern: Pattern::Events, .. }, Some(_))]), "{out:?}");
         } else {
             assert!(!go);
-            assert_eq!(error_of(&out).0, WireError::MalformedFrame, "{v}");
+            assert_eq!(error_of(&out).0, WireError::MalformedFrame(Malformed::SubscribeWithoutId), "{v}");
             continue;
         }
         let (_, out) = feed(&mut s, frame(Command::Unsubscribe, &[("id", "s1")], ""));
@@ -275,26 +275,30 @@ fn frame_errors_echo_the_receipt_and_stop_reading() {
         (
             "begin twice",
             vec![frame(Command::Begin, &[("transaction", "t")], ""), frame(Command::Begin, &[("transaction", "t")], "")],
-            WireError::MalformedFrame,
+            WireError::MalformedFrame(Malformed::TransactionAlreadyOpen),
         ),
-        ("begin without id", vec![frame(Command::Begin, &[], "")], WireError::MalformedFrame),
-        ("send without destination", vec![frame(Command::Send, &[], "")], WireError::MalformedFrame),
-        ("bad ack mode", vec![frame(Command::Subscribe, &[("destination", "/topic/a"), ("id", "1"), ("ack", "sometimes")], "")], WireError::MalformedFrame),
+        ("begin without id", vec![frame(Command::Begin, &[], "")], WireError::MalformedFrame(Malformed::BeginWithoutTransaction)),
+        ("send without destination", vec![frame(Command::Send, &[], "")], WireError::MalformedFrame(Malformed::SendWithoutDestination)),
+        (
+            "bad ack mode",
+            vec![frame(Command::Subscribe, &[("destination", "/topic/a"), ("id", "1"), ("ack", "sometimes")], "")],
+            WireError::MalformedFrame(Malformed::BadAckMode),
+        ),
         (
             "bad start",
             vec![frame(Command::Subscribe, &[("destination", "/topic-store/a"), ("id", "1"), ("x-kubemq-start", "yesterday")], "")],
-            WireError::MalformedFrame,
+            WireError::MalformedFrame(Malformed::BadStart),
         ),
-        ("ack without id", vec![frame(Command::Ack, &[("message-id", "m")], "")], WireError::MalformedFrame),
-        ("second connect", vec![frame(Command::Connect, &[("accept-version", "1.2")], "")], WireError::MalformedFrame),
-        ("server frame", vec![frame(Command::Message, &[], "")], WireError::MalformedFrame),
+        ("ack without id", vec![frame(Command::Ack, &[("message-id", "m")], "")], WireError::MalformedFrame(Malformed::AckWithoutId)),
+        ("second connect", vec![frame(Command::Connect, &[("accept-version", "1.2")], "")], WireError::MalformedFrame(Malformed::SecondConnect)),
+        ("server frame", vec![frame(Command::Message, &[], "")], WireError::MalformedFrame(Malformed::ServerFrame)),
         (
             "bad timeout",
             vec![
                 frame(Command::Subscribe, &[("destination", "/reply/me"), ("id", "r")], ""),
                 frame(Command::Send, &[("destination", "/query/q"), ("reply-to", "/reply/me"), ("timeout", "soon")], ""),
             ],
-            WireError::MalformedFrame,
+            WireError::MalformedFrame(Malformed::BadTimeout),
         ),
     ];
     for (name, frames, want) in cases {
@@ -325,7 +329,7 @@ fn too_many_tags_is_frame_too_large() {
     headers.push(("destination", "/topic/a"));
     let (go, out) = feed(&mut s, frame(Command::Send, &headers, ""));
     assert!(!go);
-    assert_eq!(error_of(&out).0, WireError::FrameTooLarge);
+    assert_eq!(error_of(&out).0, WireError::FrameTooLarge(TooLarge::Tags { max_custom: 32, max_value: 4096 }));
 }
 
 #[test]

@@ -27,6 +27,7 @@
 //!   `decode` again on the same bytes returns the same error. The connection should be closed.
 //! - `set_version` takes effect for bytes not yet parsed. Since `decode` returns right after a
 //!   frame, calling it after the CONNECT frame is decoded applies it to everything that follows.
+use super::error::{Malformed, TooLarge, WireError};
 use super::frame::{Command, Frame, Headers, Version};
 use bytes::{Buf, Bytes, BytesMut};
 use memchr::memchr;
@@ -127,6 +128,8 @@ pub struct Decoder {
     content_length: Option<usize>,
     /// See `error_receipt`.
     error_receipt: Option<Bytes>,
+    /// See `wire_error`: which rule the last error broke.
+    error_detail: Option<WireError>,
     /// Test-only count of bytes handed to the LF/NUL searches, to prove nothing is rescanned.
     #[cfg(test)]
     examined: usize,
@@ -141,6 +144,7 @@ impl Decoder {
             headers: Vec::new(),
             content_length: None,
             error_receipt: None,
+            error_detail: None,
             #[cfg(test)]
             examined: 0,
         }
@@ -177,6 +181,27 @@ impl Decoder {
     /// had been parsed that far: the ERROR must carry it as `receipt-id` (stomp-decisions.md).
     pub fn error_receipt(&self) -> Option<&Bytes> {
         self.error_receipt.as_ref()
+    }
+
+    /// The ERROR to send for `err`, the last error `decode` returned: it names the rule the
+    /// frame broke (which limit and its value, which syntax rule), never the frame's bytes.
+    pub fn wire_error(&self, err: DecodeError) -> WireError {
+        self.error_detail.unwrap_or(match err {
+            DecodeError::FrameTooLarge => WireError::FrameTooLarge(TooLarge::HeaderBlock(self.limits.max_header_bytes)),
+            DecodeError::Malformed => WireError::MalformedFrame(Malformed::UnknownCommand),
+        })
+    }
+
+    /// Records why the frame is too large; returns the error to return.
+    fn too_large(&mut self, limit: TooLarge) -> DecodeError {
+        self.error_detail = Some(WireError::FrameTooLarge(limit));
+        DecodeError::FrameTooLarge
+    }
+
+    /// Records which syntax rule the frame broke; returns the error to return.
+    fn malformed(&mut self, why: Malformed) -> DecodeError {
+        self.error_detail = Some(WireError::MalformedFrame(why));
+        DecodeError::Malformed
     }
 
     fn parsed_receipt(&self, buf: &BytesMut) -> Option<Bytes> {
@@ -271,7 +296,7 @@ impl Decoder {
                 // The header block will end at an LF not yet received, so it is at least
                 // `buf.len() + 1` bytes long: fail now rather than buffer forever.
                 if buf.len() >= max {
-                    return Err(DecodeError::FrameTooLarge);
+                    return Err(self.too_large(TooLarge::HeaderBlock(max)));
                 }
                 return Ok(false);
             };
@@ -281,7 +306,7 @@ impl Decoder {
             // Size is checked before the line's content so the error does not depend on how
             // the input was cut into reads (the partial check above fires on the same inputs).
             if next > max {
-                return Err(DecodeError::FrameTooLarge);
+                return Err(self.too_large(TooLarge::HeaderBlock(max)));
             }
             let mut end = lf;
             if self.strips_cr() && end > line_start && buf[end - 1] == b'\r' {
@@ -289,7 +314,10 @@ impl Decoder {
             }
             let line = &buf[line_start..end];
             match command {
-                None => command = Some(Command::parse(line).ok_or(DecodeError::Malformed)?),
+                None => match Command::parse(line) {
+                    Some(c) => command = Some(c),
+                    None => return Err(self.malformed(Malformed::UnknownCommand)),
+                },
                 Some(cmd) if line.is_empty() => {
                     let content_length = self.content_length;
                     self.state = State::Body { command: cmd, body_start: next, content_length, scan_from: next };
@@ -308,21 +336,27 @@ impl Decoder {
     /// Parses one non-empty header line starting at `offset` in the frame.
     fn header_line(&mut self, line: &[u8], offset: usize, escapes: Escapes) -> Result<(), DecodeError> {
         if self.headers.len() >= self.limits.max_headers {
-            return Err(DecodeError::FrameTooLarge);
+            return Err(self.too_large(TooLarge::HeaderCount(self.limits.max_headers)));
         }
         // Split at the FIRST colon: 1.0 and CONNECT values may contain raw colons, and we are
         // lenient about raw colons in 1.1/1.2 values too.
-        let colon = memchr(b':', line).ok_or(DecodeError::Malformed)?;
+        let Some(colon) = memchr(b':', line) else { return Err(self.malformed(Malformed::HeaderWithoutColon)) };
         if colon == 0 {
-            return Err(DecodeError::Malformed);
+            return Err(self.malformed(Malformed::EmptyHeaderName));
         }
-        let name = part(line, offset, 0, colon, escapes)?;
-        let value = part(line, offset, colon + 1, line.len(), escapes)?;
+        // `part` fails only on an undefined escape.
+        let (Ok(name), Ok(value)) = (part(line, offset, 0, colon, escapes), part(line, offset, colon + 1, line.len(), escapes)) else {
+            return Err(self.malformed(Malformed::UndefinedEscape));
+        };
         // Only the first `content-length` sizes the body ("first wins"); later ones are kept
         // as history but not even validated. Checked here, as soon as the line is complete,
         // so an oversized body is refused before any of it is buffered.
         if self.content_length.is_none() && part_bytes(&name, line, offset) == b"content-length" {
-            let len = parse_length(part_bytes(&value, line, offset), self.limits.max_body)?;
+            let len = match parse_length(part_bytes(&value, line, offset), self.limits.max_body) {
+                Ok(len) => len,
+                Err(DecodeError::Malformed) => return Err(self.malformed(Malformed::BadContentLength)),
+                Err(DecodeError::FrameTooLarge) => return Err(self.too_large(TooLarge::Body(self.limits.max_body))),
+            };
             self.content_length = Some(len);
         }
         self.headers.push((name, value));
@@ -341,13 +375,13 @@ impl Decoder {
         let nul = match content_length {
             Some(len) => {
                 // `len <= max_body` was checked when the header was parsed.
-                let nul = body_start.checked_add(len).ok_or(DecodeError::FrameTooLarge)?;
+                let Some(nul) = body_start.checked_add(len) else { return Err(self.too_large(TooLarge::Body(max))) };
                 if buf.len() <= nul {
                     return Ok(None);
                 }
                 // The spec: read exactly `len` octets, then the frame must end with NUL.
                 if buf[nul] != 0 {
-                    return Err(DecodeError::Malformed);
+                    return Err(self.malformed(Malformed::NoNulAfterContentLength));
                 }
                 nul
             }
@@ -356,7 +390,7 @@ impl Decoder {
                     self.note_examined(i + 1);
                     let nul = scan_from + i;
                     if nul - body_start > max {
-                        return Err(DecodeError::FrameTooLarge);
+                        return Err(self.too_large(TooLarge::Body(max)));
                     }
                     nul
                 }
@@ -364,7 +398,7 @@ impl Decoder {
                     self.note_examined(buf.len() - scan_from);
                     self.state = State::Body { command, body_start, content_length, scan_from: buf.len() };
                     if buf.len() - body_start > max {
-                        return Err(DecodeError::FrameTooLarge);
+                        return Err(self.too_large(TooLarge::Body(max)));
                     }
                     return Ok(None);
                 }

@@ -34,7 +34,8 @@ pub fn write_receipt(buf: &mut BytesMut, version: Version, receipt: &[u8]) -> u3
 /// ERROR with the sanitized vocabulary text, the failing frame's receipt id, and the short
 /// hint as a text body.
 pub fn write_error(buf: &mut BytesMut, version: Version, err: WireError, receipt: Option<&[u8]>) -> u32 {
-    let hint = err.hint().as_bytes();
+    let hint = err.hint();
+    let hint = hint.as_bytes();
     let mut w = FrameWriter::begin(buf, version, Command::Error);
     w.header(b"message", err.message().as_bytes());
     if let Some(r) = receipt {

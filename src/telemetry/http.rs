@@ -1,5 +1,5 @@
-//! The metrics listener: `GET /metrics` and nothing else, on its own thread and tokio runtime,
-//! off the STOMP cores. hyper (HTTP/1.1) does the HTTP; the exporter's handle renders the text.
+//! The metrics listener: `GET /metrics` and the operator views (`GET /api/channels`,
+//! `GET /api/stomp/connections`: see `views`), on its own thread and tokio runtime, off the STOMP cores. hyper (HTTP/1.1) does the HTTP; the exporter's handle renders the text.
 //!
 //! Bounds, so a scraper-shaped attacker costs a fixed, small amount: at most
 //! [`MAX_CONCURRENT`] connections are served at once (a permit is taken before `accept`, so
@@ -58,8 +58,8 @@ pub(super) async fn serve(listener: std::net::TcpListener, handle: PrometheusHan
         tokio::spawn(async move {
             let _permit = permit;
             let service = hyper::service::service_fn(move |req| {
-                let response = respond(&req, &handle);
-                async move { Ok::<_, Infallible>(response) }
+                let handle = handle.clone();
+                async move { Ok::<_, Infallible>(respond(&req, &handle).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -72,15 +72,28 @@ pub(super) async fn serve(listener: std::net::TcpListener, handle: PrometheusHan
     }
 }
 
-/// `GET /metrics` → the Prometheus text; another method on it → 405; any other path → 404.
-fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
+/// `GET /metrics` → the Prometheus text; `GET /api/channels` and `/api/stomp/connections` →
+/// JSON; another method on one of them → 405; any other path → 404.
+async fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
     let (status, body) = match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             let mut ok = Response::new(Full::new(Bytes::from(handle.render())));
             ok.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
             return ok;
         }
-        (_, "/metrics") => (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
+        (&Method::GET, "/api/channels") => {
+            let json = super::views::channels(super::views::limit_of(req.uri().query())).await;
+            let mut ok = Response::new(Full::new(Bytes::from(json)));
+            ok.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            return ok;
+        }
+        (&Method::GET, "/api/stomp/connections") => {
+            let json = super::views::connections(super::views::limit_of(req.uri().query())).await;
+            let mut ok = Response::new(Full::new(Bytes::from(json)));
+            ok.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            return ok;
+        }
+        (_, "/metrics" | "/api/channels" | "/api/stomp/connections") => (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
         _ => (StatusCode::NOT_FOUND, "not found\n"),
     };
     let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));

@@ -2,6 +2,12 @@
 //! barriers, ERROR-then-close, liveness probes.
 use super::{Client, Frame, TestServer};
 use std::time::Duration;
+// Re-exported for `error_bytes` callers; a test binary that uses none of them (counters)
+// would otherwise warn.
+#[allow(unused_imports)]
+pub use stompgate::stomp::error::{Malformed, TooLarge};
+#[allow(unused_imports)]
+pub use stompgate::stomp::WireError;
 
 /// One frame's bytes from parts (headers written as given, no escaping).
 pub fn frame_bytes(command: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
@@ -94,3 +100,15 @@ pub fn assert_server_serves(server: &TestServer) {
 
 /// How long tests wait to be sure nothing (more) arrives.
 pub const QUIET: Duration = Duration::from_millis(200);
+
+/// The exact bytes of the ERROR the gateway sends for `err` (issue 18: the body is the error's
+/// hint naming the broken rule), echoing `receipt` as `receipt-id`.
+pub fn error_bytes(err: stompgate::stomp::WireError, receipt: Option<&str>) -> Vec<u8> {
+    let hint = err.hint();
+    let mut out = format!("ERROR\nmessage:{}\n", err.message());
+    if let Some(r) = receipt {
+        out.push_str(&format!("receipt-id:{r}\n"));
+    }
+    out.push_str(&format!("content-type:text/plain\ncontent-length:{}\n\n{hint}\0", hint.len()));
+    out.into_bytes()
+}

@@ -121,3 +121,34 @@ def test_stomp_py_sees_error_and_disconnect(connect):
     assert err.cmd == "ERROR"
     assert err.headers["message"] == "invalid destination"
     assert c.listener.wait_for(lambda: c.listener.disconnected), "connection not closed"
+
+
+# Issue 18: every ERROR explains itself. The frames other clients really send (Net::Stomp and
+# ActiveMQ's StompConnection ACK a 1.2 message by message-id), sent through stomp.py, and the
+# body stomp.py hands to on_error names the rule; the `message` header stays the vocabulary.
+@pytest.mark.parametrize("version,send,message,words", [
+    (12, lambda c: c.conn.send_frame("ACK", {"message-id": "m-1"}),
+     "malformed frame", [b"1.2", b"ACK", b"id header"]),
+    (11, lambda c: c.conn.send_frame("SUBSCRIBE", {"destination": f"/topic/{uniq()}"}),
+     "malformed frame", [b"1.1", b"id header", b"SUBSCRIBE"]),
+    (12, lambda c: c.conn.subscribe(f"/topic-store/{uniq()}", id="s1", headers={"x-kubemq-start": "bogus"}),
+     "malformed frame", [b"x-kubemq-start", b"sequence:N"]),
+    (12, lambda c: c.conn.subscribe(f"/topic/{uniq()}", id="s1", ack="sometimes"),
+     "malformed frame", [b"ack header", b"client-individual"]),
+    (12, lambda c: c.conn.send(f"/queue/{uniq()}//b", b"x"),
+     "invalid destination", [b"empty segment"]),
+    (12, lambda c: c.conn.send(f"/query/{uniq()}", b"x"),
+     "missing reply-to", [b"reply-to header"]),
+    (12, lambda c: c.conn.unsubscribe("never"),
+     "unknown subscription", [b"no subscription"]),
+])
+def test_stomp_py_sees_a_hint_naming_the_rule(connect, version, send, message, words):
+    c = connect(version)
+    send(c)
+    assert c.listener.wait_for(lambda: c.listener.errors), "stomp.py saw no ERROR frame"
+    err = c.listener.errors[0]
+    assert err.headers["message"] == message, (err.headers, err.body)
+    assert err.headers.get("content-type") == "text/plain", err.headers
+    for w in words:
+        assert w in err.body, (w, err.body)
+    assert c.listener.wait_for(lambda: c.listener.disconnected), "connection not closed"
