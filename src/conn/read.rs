@@ -60,7 +60,7 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
         let n = match rd.read(&mut rbuf[start..]).await {
             Ok(n) => n,
             Err(e) if crate::ws::is_too_large(&e) => {
-                conn.fail(core, WireError::FrameTooLarge, None);
+                conn.fail(core, WireError::FrameTooLarge(TooLarge::Body(core.cfg.max_body_size)), None);
                 break;
             }
             Err(_) => 0,

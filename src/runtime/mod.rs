@@ -452,7 +452,9 @@ async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listen
                 guard.accepted();
                 let _ = stream.set_nodelay(true);
                 match (&spec.tls, &spec.ws) {
-                    (None, None) if spec.amqp => glommio::spawn_local(crate::amqp::serve::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream))).detach(),
+                    (None, None) if spec.amqp => {
+                        glommio::spawn_local(crate::amqp::serve::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream))).detach()
+                    }
                     (None, None) => glommio::spawn_local(conn::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream), None)).detach(),
                     (Some(tls), None) => glommio::spawn_local(serve_tls(Rc::clone(&core), stream, Arc::clone(tls))).detach(),
                     (tls, Some(ws)) => glommio::spawn_local(serve_ws(Rc::clone(&core), stream, tls.clone(), Arc::clone(ws))).detach(),
