@@ -165,7 +165,7 @@ if stomp_ready "$STOMPGATE_PORT"; then
 fi
 mkdir -p "$PEERS_DIR"
 # shellcheck disable=SC2086
-"$ROOT/target/release/stompgate" --stomp-addr "127.0.0.1:$STOMPGATE_PORT" --grpc-addr off --cores 2 $STOMPGATE_ARGS \
+"$ROOT/target/release/stompgate" --stomp-addr "127.0.0.1:$STOMPGATE_PORT" --grpc-addr off --ws-addr off --amqp-addr off --cores 2 $STOMPGATE_ARGS \
     >"$PEERS_DIR/stompgate.log" 2>&1 &
 SG_PID=$!
 for _ in $(seq 1 100); do stomp_ready "$STOMPGATE_PORT" && break; sleep 0.1; done

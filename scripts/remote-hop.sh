@@ -61,10 +61,10 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-"$BIN" --cores 2 --stomp-addr "127.0.0.1:$A_STOMP" --grpc-addr "127.0.0.1:$A_GRPC" >"$LOGS/a.log" 2>&1 &
+"$BIN" --cores 2 --ws-addr off --amqp-addr off --stomp-addr "127.0.0.1:$A_STOMP" --grpc-addr "127.0.0.1:$A_GRPC" >"$LOGS/a.log" 2>&1 &
 A_PID=$!; PIDS+=("$A_PID")
 sleep 1
-"$BIN" --cores 2 --stomp-addr "127.0.0.1:$B_STOMP" --array "grpc://127.0.0.1:$A_GRPC" >"$LOGS/b.log" 2>&1 &
+"$BIN" --cores 2 --ws-addr off --amqp-addr off --stomp-addr "127.0.0.1:$B_STOMP" --array "grpc://127.0.0.1:$A_GRPC" >"$LOGS/b.log" 2>&1 &
 B_PID=$!; PIDS+=("$B_PID")
 sleep 1
 

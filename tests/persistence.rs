@@ -62,7 +62,11 @@ fn start_fails(args: &[&str]) -> (std::process::ExitStatus, String) {
 fn start_fails_as(args: &[&str], uid: Option<u32>) -> (std::process::ExitStatus, String) {
     let port = common::metrics::free_port().to_string();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_stompgate"));
-    cmd.args(["--grpc-addr", "off", "--stomp-addr", &port]).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    cmd.args(["--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--stomp-addr", &port])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     if let Some(uid) = uid {
         use std::os::unix::process::CommandExt;
         cmd.uid(uid).gid(uid);

@@ -67,15 +67,28 @@ impl Gateway {
     fn start(extra: &[&str], remote: bool) -> Gateway {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut args: Vec<String> = ["--cores", "2", "--grpc-addr", "off", "--heartbeat-ms", "0", "--stomp-addr"].iter().map(|s| s.to_string()).collect();
+        let mut args: Vec<String> = ["--cores", "2", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--heartbeat-ms", "0", "--stomp-addr"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         args.push(addr.to_string());
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         args.extend(["--metrics-addr".to_string(), metrics.to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let array = remote.then(|| {
             let (stomp, grpc) = (free_port(), free_port());
-            let a =
-                spawn(&["--cores".into(), "2".into(), "--stomp-addr".into(), format!("127.0.0.1:{stomp}"), "--grpc-addr".into(), format!("127.0.0.1:{grpc}")]);
+            let a = spawn(&[
+                "--cores".into(),
+                "2".into(),
+                "--ws-addr".into(),
+                "off".into(),
+                "--amqp-addr".into(),
+                "off".into(),
+                "--stomp-addr".into(),
+                format!("127.0.0.1:{stomp}"),
+                "--grpc-addr".into(),
+                format!("127.0.0.1:{grpc}"),
+            ]);
             wait_listening(format!("127.0.0.1:{grpc}").parse().unwrap());
             args.push("--array".into());
             args.push(format!("grpc://127.0.0.1:{grpc}"));

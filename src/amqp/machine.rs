@@ -459,10 +459,12 @@ impl Machine {
 
     fn on_detach(&mut self, ch: u16, d: Detach, out: &mut Out) {
         let Some(sess) = self.sessions.get_mut(&ch) else { return };
-        if let Some(link) = sess.links.remove(&d.handle.0) {
-            sess.unsettled.retain(|_, (h, _)| *h != d.handle.0);
-            self.drop_link(link, out);
-        }
+        // A link we refused (ATTACH with a null terminus, then our DETACH) is already closed
+        // on our side: the client's DETACH completes it and must not be answered again
+        // (proton waits forever on the extra one).
+        let Some(link) = sess.links.remove(&d.handle.0) else { return };
+        sess.unsettled.retain(|_, (h, _)| *h != d.handle.0);
+        self.drop_link(link, out);
         frame::write_amqp(&mut out.write, ch, &Performative::Detach(Detach { handle: d.handle, closed: true, error: None }), &[]);
     }
 

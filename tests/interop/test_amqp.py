@@ -111,10 +111,6 @@ def test_amqp_to_stomp_and_stomp_to_amqp(amqp_gw):
         stomp.close()
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: the refusal's ATTACH+DETACH reaches the client "
-                   "(LinkDetached amqp:not-found), but the gateway answers the client's DETACH of "
-                   "that already-closed link with another DETACH, and proton's close() then times "
-                   "out; fix in Machine::on_detach (reply only for a link it still has)")
 def test_a_bad_address_is_refused_with_not_found(amqp_gw):
     c = connect(amqp_gw)
     try:
