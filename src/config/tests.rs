@@ -44,10 +44,17 @@ impl Drop for TempToml {
 #[test]
 fn defaults() {
     let c = parse(&[]).unwrap();
-    // The WebSocket listeners are the one difference: on by default on the command line, off
-    // in `Config::default()` (see the field's doc).
+    // The WebSocket and AMQP listeners are the one difference: on by default on the command
+    // line, off in `Config::default()` (see the fields' docs).
     let ws = |a: &str| Some(a.parse().unwrap());
-    assert_eq!(c, Config { cpus: ONLINE.to_vec(), ws_addr: ws(super::DEFAULT_WS_ADDR), ws_tls_addr: ws(super::DEFAULT_WS_TLS_ADDR), ..Config::default() });
+    let on_the_command_line = Config {
+        cpus: ONLINE.to_vec(),
+        ws_addr: ws(super::DEFAULT_WS_ADDR),
+        ws_tls_addr: ws(super::DEFAULT_WS_TLS_ADDR),
+        amqp_addr: Some(super::DEFAULT_AMQP_ADDR),
+        ..Config::default()
+    };
+    assert_eq!(c, on_the_command_line);
     assert_eq!(c.stomp_addr, "0.0.0.0:61613".parse().unwrap());
     assert_eq!(c.default_pattern, DefaultPattern::Events);
     assert_eq!(c.heartbeat_ms, 10_000);
