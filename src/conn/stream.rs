@@ -28,7 +28,7 @@ pub enum Stream {
     /// Boxed: a TLS session is some kilobytes, the plain variant a few words.
     Tls(Box<futures_rustls::server::TlsStream<TcpStream>>),
     /// STOMP over WebSocket, after a completed handshake (over plain TCP or TLS).
-    Ws(Box<crate::ws::WsStream>),
+    Ws(Box<crate::ws::WsStream<Stream>>),
 }
 
 impl Stream {

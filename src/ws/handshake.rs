@@ -2,8 +2,7 @@
 //! request head (bounded), check path, `Origin` and upgrade headers, answer 101 with the
 //! chosen STOMP subprotocol, or a clean HTTP error and close.
 use super::{Settings, WsStream};
-use crate::conn::stream::Stream;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tungstenite::handshake::machine::TryParse;
 use tungstenite::handshake::server::{create_response, write_response, Request};
 use tungstenite::http::{header, HeaderValue, Response, StatusCode};
@@ -48,7 +47,7 @@ pub enum Failed {
 
 /// Runs the handshake on `stream`; on success the WebSocket, ready for STOMP. A refused
 /// request gets its HTTP error (with `Connection: close`) before the error is returned.
-pub async fn accept(mut stream: Stream, settings: &Settings) -> Result<WsStream, Failed> {
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, settings: &Settings) -> Result<WsStream<S>, Failed> {
     let (request, head_len, mut buf) = read_request(&mut stream).await?;
     let response = match respond(request.as_ref(), settings) {
         Ok(response) => response,
@@ -69,7 +68,7 @@ pub async fn accept(mut stream: Stream, settings: &Settings) -> Result<WsStream,
 
 /// Reads until one whole request head is in; `None` if it does not parse as an HTTP request
 /// (answered 400). Returns the head's length and everything read.
-async fn read_request(stream: &mut Stream) -> Result<(Option<Request>, usize, Vec<u8>), Failed> {
+async fn read_request<S: AsyncRead + Unpin>(stream: &mut S) -> Result<(Option<Request>, usize, Vec<u8>), Failed> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -127,7 +126,7 @@ fn origin_allowed(origin: Option<&HeaderValue>, allowed: &[String]) -> bool {
     allowed.contains(&origin)
 }
 
-async fn write_refusal(stream: &mut Stream, refusal: Refusal) -> std::io::Result<()> {
+async fn write_refusal<S: AsyncWrite + Unpin>(stream: &mut S, refusal: Refusal) -> std::io::Result<()> {
     let mut response = Response::builder().status(refusal.status()).header(header::CONNECTION, "close").header(header::CONTENT_LENGTH, "0");
     if refusal == Refusal::UpgradeRequired {
         response = response.header(header::UPGRADE, "websocket").header(header::SEC_WEBSOCKET_VERSION, "13");

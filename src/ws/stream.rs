@@ -1,5 +1,4 @@
 //! [`WsStream`]: a WebSocket as the byte stream the STOMP connection reads and writes.
-use crate::conn::stream::Stream;
 use async_tungstenite::WebSocketStream;
 use bytes::{Buf, Bytes};
 use futures_lite::{AsyncRead, AsyncWrite, Stream as _};
@@ -11,9 +10,10 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::CloseFrame;
 use tungstenite::{Error as WsError, Message};
 
-/// An accepted WebSocket over a plain or TLS stream.
-pub struct WsStream {
-    ws: WebSocketStream<Stream>,
+/// An accepted WebSocket over `S`, the connection's plain or TLS stream (generic, so this
+/// module does not depend on the connection layer that uses it).
+pub struct WsStream<S> {
+    ws: WebSocketStream<S>,
     /// What is left of the last data message, for the next reads.
     unread: Bytes,
 }
@@ -44,13 +44,13 @@ fn to_io(e: WsError) -> io::Error {
     }
 }
 
-impl WsStream {
-    pub(super) fn new(ws: WebSocketStream<Stream>) -> WsStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> WsStream<S> {
+    pub(super) fn new(ws: WebSocketStream<S>) -> WsStream<S> {
         WsStream { ws, unread: Bytes::new() }
     }
 
     /// The stream under the WebSocket.
-    pub fn inner(&self) -> &Stream {
+    pub fn inner(&self) -> &S {
         self.ws.get_ref()
     }
 
@@ -64,7 +64,7 @@ impl WsStream {
 /// Data messages become bytes; control frames are tungstenite's business (it answers a ping
 /// with a pong and a Close with a Close on its next read or flush), so reading goes on past
 /// them. The end of the WebSocket (closed by either side) reads as end of stream.
-impl AsyncRead for WsStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WsStream<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         loop {
             if !self.unread.is_empty() {
@@ -88,7 +88,7 @@ impl AsyncRead for WsStream {
 
 /// One write is one message (the connection writes whole frames): text when the bytes are
 /// valid UTF-8, binary otherwise.
-impl AsyncWrite for WsStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for WsStream<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         ready!(Pin::new(&mut self.ws).poll_ready(cx)).map_err(to_io)?;
         let message = match std::str::from_utf8(buf) {
