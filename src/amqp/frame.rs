@@ -167,6 +167,9 @@ pub fn decode_body(kind: u8, channel: u16, body: Bytes) -> Result<Frame, FrameEr
         }
         return decode_sasl(&head).map(Frame::Sasl);
     }
+    if !well_formed(&head) {
+        return Err(FrameError::BadBody);
+    }
     let performative: Performative = serde_amqp::from_slice(&head).map_err(|_| FrameError::BadBody)?;
     // Only TRANSFER carries a payload (part 2.3.2).
     if !payload.is_empty() && !matches!(performative, Performative::Transfer(_)) {
@@ -176,6 +179,9 @@ pub fn decode_body(kind: u8, channel: u16, body: Bytes) -> Result<Frame, FrameEr
 }
 
 fn decode_sasl(head: &[u8]) -> Result<SaslBody, FrameError> {
+    if !well_formed(head) {
+        return Err(FrameError::BadBody);
+    }
     let code = descriptor_code(head).ok_or(FrameError::BadBody)?;
     let bad = |_| FrameError::BadBody;
     Ok(match code {
@@ -186,6 +192,114 @@ fn decode_sasl(head: &[u8]) -> Result<SaslBody, FrameError> {
         0x44 => SaslBody::Outcome(serde_amqp::from_slice(head).map_err(bad)?),
         _ => return Err(FrameError::BadBody),
     })
+}
+
+/// Deepest nesting of compound and described values accepted (a performative needs about 6).
+const MAX_DEPTH: usize = 32;
+
+/// Walks the AMQP type encoding of `b` (values one after another, to its end) and refuses
+/// what serde_amqp 0.18 mishandles: a list, map or array whose size cannot even hold its own
+/// count field (its decoder subtracts unchecked and panics: found by the `amqp_frame` fuzz
+/// target), any value running past its container or the buffer, an unknown format code, and
+/// nesting deeper than [`MAX_DEPTH`] (its decoder recurses). Only sizes are read here; the
+/// values themselves are the crate's to decode.
+fn well_formed(b: &[u8]) -> bool {
+    let mut at = 0;
+    while at < b.len() {
+        match value(b, at, 0) {
+            Some(next) => at = next,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The end of the value (constructor and data) starting at `at`.
+fn value(b: &[u8], at: usize, depth: usize) -> Option<usize> {
+    let code = *b.get(at)?;
+    data(b, at + 1, code, depth)
+}
+
+/// The end of the data of a value with format `code`, starting at `at`.
+fn data(b: &[u8], at: usize, code: u8, depth: usize) -> Option<usize> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    match code {
+        0x00 => {
+            let descriptor_end = value(b, at, depth + 1)?;
+            value(b, descriptor_end, depth + 1)
+        }
+        0x40..=0x45 => Some(at),
+        0x50..=0x56 => span(b, at, 1),
+        0x60 | 0x61 => span(b, at, 2),
+        0x70..=0x74 => span(b, at, 4),
+        0x80..=0x84 => span(b, at, 8),
+        0x94 | 0x98 => span(b, at, 16),
+        0xa0 | 0xa1 | 0xa3 => span(b, at + 1, usize::from(*b.get(at)?)),
+        0xb0 | 0xb1 | 0xb3 => span(b, at + 4, read_size(b, at, 4)?),
+        0xc0 | 0xc1 => compound(b, at, 1, depth),
+        0xd0 | 0xd1 => compound(b, at, 4, depth),
+        0xe0 => array(b, at, 1, depth),
+        0xf0 => array(b, at, 4, depth),
+        _ => None,
+    }
+}
+
+/// `len` bytes from `at`, inside `b`: their end.
+fn span(b: &[u8], at: usize, len: usize) -> Option<usize> {
+    let end = at.checked_add(len)?;
+    (end <= b.len()).then_some(end)
+}
+
+/// A big-endian size field of `width` (1 or 4) bytes at `at`.
+fn read_size(b: &[u8], at: usize, width: usize) -> Option<usize> {
+    let field = b.get(at..at.checked_add(width)?)?;
+    Some(field.iter().fold(0usize, |n, &byte| (n << 8) | usize::from(byte)))
+}
+
+/// A list or map: size, count, then `count` values, all inside the size.
+fn compound(b: &[u8], at: usize, width: usize, depth: usize) -> Option<usize> {
+    let (mut pos, count, end) = sized(b, at, width)?;
+    for _ in 0..count {
+        pos = value(&b[..end], pos, depth + 1)?;
+    }
+    Some(end)
+}
+
+/// An array: size, count, one element constructor, then `count` elements of that format.
+fn array(b: &[u8], at: usize, width: usize, depth: usize) -> Option<usize> {
+    let (mut pos, count, end) = sized(b, at, width)?;
+    let inside = &b[..end];
+    let mut code = *inside.get(pos)?;
+    pos += 1;
+    if code == 0x00 {
+        pos = value(inside, pos, depth + 1)?;
+        code = *inside.get(pos)?;
+        pos += 1;
+        if code == 0x00 {
+            return None;
+        }
+    }
+    if (0x40..=0x45).contains(&code) {
+        return Some(end);
+    }
+    for _ in 0..count {
+        pos = data(inside, pos, code, depth + 1)?;
+    }
+    Some(end)
+}
+
+/// A compound's size and count fields: (where its items start, their count, its end). The
+/// size must cover the count field and stay inside `b`.
+fn sized(b: &[u8], at: usize, width: usize) -> Option<(usize, usize, usize)> {
+    let size = read_size(b, at, width)?;
+    if size < width {
+        return None;
+    }
+    let end = span(b, at + width, size)?;
+    let count = read_size(b, at + width, width)?;
+    Some((at + 2 * width, count, end))
 }
 
 /// The numeric descriptor of a described value (`0x00`, then `smallulong`/`ulong`). Symbolic

@@ -72,6 +72,36 @@ fn a_transfer_keeps_its_payload_byte_exact() {
     }
 }
 
+/// The fuzz target's find: an array8 inside a list whose size cannot hold its count made
+/// serde_amqp 0.18 subtract with overflow (a panic in debug builds). Refused before the crate.
+#[test]
+fn a_compound_too_small_for_its_count_is_a_bad_body_not_a_panic() {
+    // The fuzz input's first byte is its piece size; the rest is the stream.
+    let input = include_bytes!("../../../fuzz/corpus/amqp_frame/regress-array8-size-below-count");
+    let mut buf = BytesMut::from(&input[1..]);
+    assert!(matches!(read_protocol_header(&mut buf), Ok(Some(_))));
+    assert!(matches!(FrameDecoder::new(4096).decode(&mut buf), Err(FrameError::BadBody)));
+    // The same rule for each compound, 8- and 32-bit: size below the count field's width.
+    for bad in [&[0xc0u8, 0x00][..], &[0xc1, 0x00], &[0xe0, 0x00], &[0xd0, 0, 0, 0, 3], &[0xf0, 0, 0, 0, 0]] {
+        assert!(!well_formed(bad), "{bad:02x?}");
+    }
+    assert!(well_formed(&[0xc0, 0x01, 0x00]), "an empty list8");
+    assert!(well_formed(&[0xe0, 0x04, 0x02, 0x50, 0x07, 0x08]), "an array8 of two ubytes");
+    assert!(!well_formed(&[0xe0, 0x04, 0x03, 0x50, 0x07, 0x08]), "three ubytes claimed, two there");
+}
+
+/// Nesting is bounded before serde_amqp's recursive decoder sees it.
+#[test]
+fn nesting_past_the_depth_limit_is_refused() {
+    let mut deep = Vec::new();
+    for _ in 0..(MAX_DEPTH + 2) {
+        deep.extend_from_slice(&[0x00, 0x53, 0x10]);
+    }
+    deep.push(0x45);
+    assert!(!well_formed(&deep));
+    assert!(well_formed(&[0x00, 0x53, 0x10, 0x45]));
+}
+
 #[test]
 fn an_empty_frame_is_a_heart_beat() {
     let mut out = BytesMut::new();
