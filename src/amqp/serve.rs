@@ -49,22 +49,7 @@ impl Host for CoreHost<'_> {
     }
     /// SASL PLAIN: the password is the JWT (only asked when authentication is on).
     fn authenticate(&self, login: Option<&[u8]>, passcode: Option<&[u8]>) -> Result<Option<Bytes>, crate::auth::Denied> {
-        let Some(jwt) = &self.0.cfg.auth.jwt else { return Ok(None) };
-        let login = login.map(String::from_utf8_lossy).unwrap_or_default();
-        match passcode.map(|p| jwt.verify(p)) {
-            Some(Ok(id)) => {
-                crate::auth::audit(true, "amqp10", id.as_deref().unwrap_or(&login), self.1, "");
-                Ok(id.map(Bytes::from))
-            }
-            Some(Err(reason)) => {
-                crate::auth::audit(false, "amqp10", &login, self.1, &reason);
-                Err(crate::auth::Denied)
-            }
-            None => {
-                crate::auth::audit(false, "amqp10", &login, self.1, "no password");
-                Err(crate::auth::Denied)
-            }
-        }
+        self.0.cfg.auth.authenticate_passcode("amqp10", login, passcode, self.1, "no password")
     }
 }
 

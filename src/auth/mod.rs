@@ -32,6 +32,51 @@ impl Auth {
     pub fn jwt_on(&self) -> bool {
         self.jwt.is_some()
     }
+
+    /// A front-end's login: the JWT in `passcode` (STOMP's CONNECT passcode, AMQP's SASL PLAIN
+    /// password), verified here with one audit line either way; `login` is only logged.
+    /// `Ok(None)` when authentication is off; otherwise the token's client id, if it names one.
+    /// `missing` is the logged reason when no passcode came.
+    pub fn authenticate_passcode(
+        &self,
+        transport: &'static str,
+        login: Option<&[u8]>,
+        passcode: Option<&[u8]>,
+        source: Option<std::net::SocketAddr>,
+        missing: &str,
+    ) -> Result<Option<bytes::Bytes>, Denied> {
+        let Some(jwt) = &self.jwt else { return Ok(None) };
+        let login = login.map(String::from_utf8_lossy).unwrap_or_default();
+        match passcode.map(|p| jwt.verify(p)) {
+            Some(Ok(id)) => {
+                audit(true, transport, id.as_deref().unwrap_or(&login), source, "");
+                Ok(id.map(bytes::Bytes::from))
+            }
+            Some(Err(reason)) => {
+                audit(false, transport, &login, source, &reason);
+                Err(Denied)
+            }
+            None => {
+                audit(false, transport, &login, source, missing);
+                Err(Denied)
+            }
+        }
+    }
+}
+
+/// A small index for caching one (pattern, access) decision as a bit: pattern × 2 + write.
+/// Shared by the per-connection (session) and per-stream (gRPC) decision caches.
+pub fn decision_slot(pattern: crate::model::Pattern, access: Access) -> u32 {
+    use crate::model::Pattern;
+    let p = match pattern {
+        Pattern::Events => 0,
+        Pattern::EventsStore => 1,
+        Pattern::Queues => 2,
+        Pattern::Commands => 3,
+        Pattern::Queries => 4,
+        Pattern::Reply => 5,
+    };
+    p * 2 + u32::from(access == Access::Write)
 }
 
 impl PartialEq for Auth {

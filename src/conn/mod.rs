@@ -101,22 +101,7 @@ impl Host for CoreHost<'_> {
     /// The JWT in `passcode`, verified here on the core (no other thread, no I/O), with one
     /// audit line either way. `login` is only logged.
     fn authenticate(&self, login: Option<&[u8]>, passcode: Option<&[u8]>) -> Result<Option<Bytes>, crate::auth::Denied> {
-        let Some(jwt) = &self.0.cfg.auth.jwt else { return Ok(None) };
-        let login = login.map(String::from_utf8_lossy).unwrap_or_default();
-        match passcode.map(|p| jwt.verify(p)) {
-            Some(Ok(id)) => {
-                crate::auth::audit(true, "stomp", id.as_deref().unwrap_or(&login), self.1, "");
-                Ok(id.map(Bytes::from))
-            }
-            Some(Err(reason)) => {
-                crate::auth::audit(false, "stomp", &login, self.1, &reason);
-                Err(crate::auth::Denied)
-            }
-            None => {
-                crate::auth::audit(false, "stomp", &login, self.1, "no passcode");
-                Err(crate::auth::Denied)
-            }
-        }
+        self.0.cfg.auth.authenticate_passcode("stomp", login, passcode, self.1, "no passcode")
     }
     fn authz_generation(&self) -> Option<u64> {
         self.0.cfg.auth.authz.as_ref().map(|a| a.generation())

@@ -106,17 +106,7 @@ const MAX_CACHED: usize = 1024;
 /// The text a denied stream message carries in its in-band error (nothing more on the wire).
 pub const ACCESS_DENIED: &str = "access denied";
 
-fn slot(pattern: Pattern, access: Access) -> u32 {
-    let p = match pattern {
-        Pattern::Events => 0,
-        Pattern::EventsStore => 1,
-        Pattern::Queues => 2,
-        Pattern::Commands => 3,
-        Pattern::Queries => 4,
-        Pattern::Reply => 5,
-    };
-    p * 2 + u32::from(access == Access::Write)
-}
+use crate::auth::decision_slot as slot;
 
 impl StreamAuthz {
     /// For a stream call whose interceptor verified `identity` (if any).

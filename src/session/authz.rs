@@ -19,17 +19,7 @@ pub struct Decisions {
     by_channel: AHashMap<Bytes, u32>,
 }
 
-fn slot(pattern: Pattern, access: Access) -> u32 {
-    let p = match pattern {
-        Pattern::Events => 0,
-        Pattern::EventsStore => 1,
-        Pattern::Queues => 2,
-        Pattern::Commands => 3,
-        Pattern::Queries => 4,
-        Pattern::Reply => 5,
-    };
-    p * 2 + u32::from(access == Access::Write)
-}
+use crate::auth::decision_slot as slot;
 
 impl Decisions {
     /// Whether `client_id` may do `access` on `channel` of `pattern` (always, with
