@@ -4,17 +4,21 @@
 //! receipted-but-unacknowledged message again — a delivered-but-unacked one with
 //! `redelivered:true` — and none that was acknowledged. Also: a second process on a directory
 //! in use, a read-only directory and another core count fail at start with one clear line; a
-//! torn last record (the tail a kill during a write leaves) is cut and the rest survives.
+//! torn last record (the tail a kill during a write leaves) is cut and the rest survives; a
+//! store write that fails (a file-size limit standing in for a full disk) answers its STOMP
+//! and gRPC sends with errors at once and loses nothing receipted before.
 //! RECEIPTs are the barriers: a RECEIPT of a SEND or ACK is sent only once its record is
 //! synced, so everything receipted before the kill is on disk.
 use crate::common;
-use common::child::Gateway;
+use common::child::{Gateway, Limits};
 use common::flow::*;
+use common::grpc::pb;
 use common::stomp_client::{Client, Frame};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use stompgate::wire::pb::kubemq_client::KubemqClient;
 
 /// A fresh store directory under the system temp dir, removed when dropped.
 struct TempStore(PathBuf);
@@ -249,4 +253,77 @@ fn with_store_sync_write_receipted_messages_survive_kill_9() {
     let gw = Gateway::spawn(&args, None);
     let mut c = connected(&gw);
     assert_eq!(body_set(&c.subscribe_expect("s", dest, &[], 50)), (0..50).map(|i| format!("w{i}")).collect::<BTreeSet<_>>());
+}
+
+#[test]
+fn a_store_write_that_fails_answers_its_sends_with_errors_at_once_and_loses_nothing_receipted() {
+    // A full disk, for the one file that grows: the child may not write any file past 64 KiB
+    // (RLIMIT_FSIZE, EFBIG). 20 receipted 1 KiB messages fit; a 60 KiB one does not.
+    const LIMIT: u64 = 64 << 10;
+    let store = TempStore::new("full");
+    let dest = "/queue/persist.full";
+    let channel = "persist.full";
+    let grpc = common::metrics::free_port();
+    let grpc_arg = grpc.to_string();
+    let args = ["--store-dir", store.arg(), "--grpc-addr", grpc_arg.as_str()];
+    let small = |i: usize| format!("{i:04}{}", "s".repeat(1020));
+    let gw = Gateway::spawn_limited(&args, Limits { file_bytes: Some(LIMIT), ..Limits::default() });
+    let mut p = connected(&gw);
+    send_receipted(&mut p, dest, (0..20).map(small));
+
+    // STOMP: the SEND whose record cannot be written gets ERROR `internal error` with its
+    // receipt-id, not a RECEIPT, and the connection closes.
+    let big = "b".repeat(60 << 10);
+    let started = Instant::now();
+    p.send("SEND", &[("destination", dest), ("receipt", "too-big")], big.as_bytes());
+    let f = p.frame();
+    assert_eq!(f.command, "ERROR", "{}", String::from_utf8_lossy(&f.raw));
+    assert_eq!(f.header("message"), Some("internal error"), "{f:?}");
+    assert_eq!(f.header("receipt-id"), Some("too-big"), "{f:?}");
+    assert!(p.closed(), "the connection stays open after the ERROR");
+
+    // gRPC: SendQueueMessage gets its in-band error as soon as the write failed, not after
+    // the 60 s confirmation wait.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let result = rt.block_on(async {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{grpc}")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let channel_to_gw = loop {
+            match endpoint.connect().await {
+                Ok(c) => break c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("gRPC connect to {grpc}: {e}"),
+            }
+        };
+        let mut client = KubemqClient::new(channel_to_gw);
+        let msg = pb::QueueMessage {
+            message_id: "g-big".into(),
+            client_id: "persist-test".into(),
+            channel: channel.into(),
+            body: big.clone().into_bytes(),
+            ..Default::default()
+        };
+        tokio::time::timeout(Duration::from_secs(10), client.send_queue_message(msg))
+            .await
+            .expect("answered within 10 s")
+            .expect("an in-band result")
+            .into_inner()
+    });
+    assert!(result.is_error, "{result:?}");
+    assert_eq!(result.error, stompgate::mesh::confirm::NOT_STORED, "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(20), "errors took {:?}", started.elapsed());
+
+    // The failed batch was cut off again: a small SEND after it is stored and receipted.
+    let mut q = connected(&gw);
+    send_receipted(&mut q, dest, std::iter::once(small(20)));
+    drop(gw); // SIGKILL
+
+    // Every receipted message is back, neither refused one is.
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    let got = c.subscribe_expect("s", dest, &[], 21);
+    assert_eq!(body_set(&got), (0..21).map(small).collect::<BTreeSet<_>>());
 }

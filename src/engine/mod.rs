@@ -300,6 +300,8 @@ impl Core {
                 self.completions.borrow_mut().forget(ticket);
                 if let Some(endpoint) = self.endpoint(ticket.conn) {
                     endpoint.failed(self, ticket.token);
+                } else if let Some(sink) = self.sinks.borrow().get(&ticket.conn) {
+                    sink.failed(ticket.token);
                 }
             }
             // Array work the backend did not take: with a remote array, management calls

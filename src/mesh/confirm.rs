@@ -34,11 +34,16 @@ pub const CONFIRM_WAIT: Duration = Duration::from_secs(60);
 /// depth limit; the remote-array egress recognises it by this text.
 pub const QUEUE_FULL: &str = "Error 130: queue is full (depth limit reached)";
 
+/// The in-band error of a queue send whose record the persistent store could not write or
+/// sync (`--store-dir`; e.g. the disk is full): it is not confirmed, as a STOMP SEND's
+/// RECEIPT becomes an ERROR then.
+pub const NOT_STORED: &str = "Error 130: queue send was not stored (the store could not write it)";
+
 /// An operation sent to a core, whose `Done` has not been awaited yet.
 pub struct Confirmation {
     confirmer: Arc<Confirmer>,
     token: u64,
-    rx: Option<oneshot::Receiver<bool>>,
+    rx: Option<oneshot::Receiver<Outcome>>,
 }
 
 impl Confirmation {
@@ -47,12 +52,12 @@ impl Confirmation {
         self.outcome().await == Outcome::Confirmed
     }
 
-    /// Like [`Confirmation::wait`], but tells a refusal (a queue at its depth limit) apart.
+    /// Like [`Confirmation::wait`], but tells a refusal (a queue at its depth limit, a failed
+    /// store write) apart.
     pub async fn outcome(self) -> Outcome {
         let Some(rx) = self.rx else { return Outcome::NotConfirmed };
         match tokio::time::timeout(CONFIRM_WAIT, rx).await {
-            Ok(Ok(true)) => Outcome::Confirmed,
-            Ok(Ok(false)) => Outcome::QueueFull,
+            Ok(Ok(outcome)) => outcome,
             _ => {
                 self.confirmer.forget(self.token);
                 Outcome::NotConfirmed
@@ -67,6 +72,8 @@ pub enum Outcome {
     Confirmed,
     /// The queue was at its depth limit: nothing was appended.
     QueueFull,
+    /// The persistent store could not write or sync the operation's record: not confirmed.
+    NotStored,
     /// The core is gone, or [`CONFIRM_WAIT`] passed.
     NotConfirmed,
 }
@@ -77,7 +84,7 @@ pub enum Outcome {
 pub struct Confirmer {
     /// The connection id it is attached under on every core.
     conn: ConnId,
-    waiting: Mutex<HashMap<u64, (u32, oneshot::Sender<bool>)>>,
+    waiting: Mutex<HashMap<u64, (u32, oneshot::Sender<Outcome>)>>,
     next_token: AtomicU64,
 }
 
@@ -105,7 +112,7 @@ impl Confirmer {
         Confirmation { confirmer: Arc::clone(self), token: ticket.token, rx }
     }
 
-    fn issue(&self, core: CoreId) -> (Ticket, oneshot::Receiver<bool>) {
+    fn issue(&self, core: CoreId) -> (Ticket, oneshot::Receiver<Outcome>) {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.lock().insert(token, (1, tx));
@@ -116,7 +123,14 @@ impl Confirmer {
         self.lock().remove(&token);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u32, oneshot::Sender<bool>)>> {
+    /// Ends the wait for `token` with `outcome`, whatever `Done`s it still expected.
+    fn end(&self, token: u64, outcome: Outcome) {
+        if let Some((_, tx)) = self.lock().remove(&token) {
+            let _ = tx.send(outcome);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u32, oneshot::Sender<Outcome>)>> {
         // A panic elsewhere while holding this lock leaves a usable map.
         self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -125,9 +139,12 @@ impl Confirmer {
 impl ExternalSink for Confirmer {
     /// Refused (a queue at its depth limit): the waiter learns it at once.
     fn queue_full(&self, token: u64) {
-        if let Some((_, tx)) = self.lock().remove(&token) {
-            let _ = tx.send(false);
-        }
+        self.end(token, Outcome::QueueFull);
+    }
+
+    /// Not stored (a failed store write): the waiter learns it at once.
+    fn failed(&self, token: u64) {
+        self.end(token, Outcome::NotStored);
     }
 
     fn done(&self, token: u64, more: u32) {
@@ -136,7 +153,7 @@ impl ExternalSink for Confirmer {
         *remaining = *remaining - 1 + more;
         if *remaining == 0 {
             if let Some((_, tx)) = waiting.remove(&token) {
-                let _ = tx.send(true);
+                let _ = tx.send(Outcome::Confirmed);
             }
         }
     }

@@ -285,6 +285,8 @@ pub trait ExternalSink: Send + Sync {
     fn done(&self, _token: u64, _more: u32) {}
     /// A queue send this sink issued was refused at the queue's depth limit.
     fn queue_full(&self, _token: u64) {}
+    /// An operation this sink issued failed for good (see `CoreMsg::Failed`).
+    fn failed(&self, _token: u64) {}
 }
 
 pub enum CoreMsg {
@@ -430,7 +432,8 @@ pub enum CoreMsg {
     Delivered {
         ticket: Ticket,
     },
-    /// The operation behind a ticket failed for good (remote array mode: never confirmed).
+    /// The operation behind a ticket failed for good (remote array mode: never confirmed; a
+    /// persistent store: its record could not be written or synced).
     Failed {
         ticket: Ticket,
     },

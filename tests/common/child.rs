@@ -5,6 +5,17 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Resource limits for a child gateway (`setrlimit` before exec).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// RLIMIT_NOFILE, soft and hard.
+    pub nofile: Option<u64>,
+    /// RLIMIT_FSIZE: no file the child writes may grow past this many bytes (a full disk, for
+    /// the one file that grows: the store's segment). SIGXFSZ is ignored, so such a write
+    /// fails with EFBIG.
+    pub file_bytes: Option<u64>,
+}
+
 /// A running `stompgate` child; killed when dropped.
 pub struct Gateway {
     child: Child,
@@ -14,25 +25,46 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Starts `stompgate --cores 1 --grpc-addr off --ws-addr off --stomp-addr <free port>` plus `args`, with
-    /// RLIMIT_NOFILE set to `nofile` (soft and hard) when given, and waits until STOMP accepts.
+    /// Starts `stompgate --cores 1 --grpc-addr off --ws-addr off --amqp-addr off --stomp-addr <free port>`
+    /// plus `args` (which may override all but the last), with RLIMIT_NOFILE set to `nofile` (soft and hard) when given, and waits until STOMP accepts.
     pub fn spawn(args: &[&str], nofile: Option<u64>) -> Gateway {
+        Self::spawn_limited(args, Limits { nofile, ..Limits::default() })
+    }
+
+    /// Like [`Gateway::spawn`], with the resource limits in `limits`.
+    pub fn spawn_limited(args: &[&str], limits: Limits) -> Gateway {
         let stomp_addr = super::metrics::free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_stompgate"));
-        cmd.args(["--cores", "1", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--stomp-addr", &stomp_addr.to_string()])
-            .args(args)
-            .env("STOMPGATE_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if let Some(n) = nofile {
+        // The defaults above, for each flag the test does not give itself (clap refuses a
+        // flag given twice).
+        let stomp = stomp_addr.to_string();
+        for (flag, value) in [("--cores", "1"), ("--grpc-addr", "off"), ("--ws-addr", "off"), ("--amqp-addr", "off"), ("--stomp-addr", stomp.as_str())] {
+            if !args.contains(&flag) {
+                cmd.args([flag, value]);
+            }
+        }
+        cmd.args(args).env("STOMPGATE_LOG", "info").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        if limits != Limits::default() {
             use std::os::unix::process::CommandExt;
-            // SAFETY: setrlimit is async-signal-safe, and only the child (after fork) runs it.
+            // SAFETY: setrlimit and signal are async-signal-safe, and only the child (after
+            // fork) runs them.
             unsafe {
                 cmd.pre_exec(move || {
-                    let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                        return Err(std::io::Error::last_os_error());
+                    let set = |resource, n: u64| {
+                        let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
+                        if libc::setrlimit(resource, &lim) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    };
+                    if let Some(n) = limits.nofile {
+                        set(libc::RLIMIT_NOFILE, n)?;
+                    }
+                    if let Some(n) = limits.file_bytes {
+                        set(libc::RLIMIT_FSIZE, n)?;
+                        // A write past the limit then fails with EFBIG instead of killing the
+                        // process (an ignored disposition survives exec).
+                        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
                     }
                     Ok(())
                 });
