@@ -57,6 +57,10 @@ impl Plan {
     pub(super) fn ws_tls_addr(&self) -> Option<SocketAddr> {
         self.addr_of(true, true)
     }
+
+    pub(super) fn amqp_addr(&self) -> Option<SocketAddr> {
+        self.specs.iter().find(|s| s.amqp).map(|s| s.addr)
+    }
 }
 
 /// Decides the listeners. A listener that cannot be had (port held by another process, bad

@@ -43,6 +43,7 @@ pub struct Server {
     stomp_plain_addr: Option<SocketAddr>,
     stomp_tls_addr: Option<SocketAddr>,
     ws_addr: Option<SocketAddr>,
+    amqp_addr: Option<SocketAddr>,
     ws_tls_addr: Option<SocketAddr>,
     tls: Option<Arc<crate::tls::Tls>>,
     shared: Arc<Shared>,
@@ -77,7 +78,7 @@ impl Server {
         let cfg = Arc::new(cfg);
         let plan = listeners::plan(&cfg)?;
         let (stomp_plain_addr, stomp_tls_addr, tls) = (plan.plain_addr(), plan.tls_addr(), plan.tls.clone());
-        let (ws_addr, ws_tls_addr) = (plan.ws_addr(), plan.ws_tls_addr());
+        let (ws_addr, ws_tls_addr, amqp_addr) = (plan.ws_addr(), plan.ws_tls_addr(), plan.amqp_addr());
         let stomp_addr = stomp_plain_addr.unwrap_or(cfg.stomp_addr);
         let specs = Arc::new(plan.specs.clone());
         let shared = Arc::new(Shared::default());
@@ -121,7 +122,7 @@ impl Server {
             }
         }
         drop(plan);
-        let server = Server { stomp_addr, stomp_plain_addr, stomp_tls_addr, ws_addr, ws_tls_addr, tls, shared, threads, array, _store: store };
+        let server = Server { stomp_addr, stomp_plain_addr, stomp_tls_addr, ws_addr, ws_tls_addr, amqp_addr, tls, shared, threads, array, _store: store };
         if let Some(e) = first_err {
             server.shutdown();
             return Err(e);
@@ -151,6 +152,11 @@ impl Server {
     /// The STOMP over secure WebSocket listener's address, if it is bound.
     pub fn ws_tls_addr(&self) -> Option<SocketAddr> {
         self.ws_tls_addr
+    }
+
+    /// The AMQP 1.0 listener's address, if it is bound.
+    pub fn amqp_addr(&self) -> Option<SocketAddr> {
+        self.amqp_addr
     }
 
     /// Re-reads the TLS certificate, key and client CA (SIGHUP); new connections use them.
