@@ -17,6 +17,7 @@ mod error_hints;
 mod events;
 mod grpc_api;
 mod grpc_events;
+mod grpc_queue_stream;
 mod grpc_queues;
 mod grpc_robustness;
 mod grpc_rpc;

@@ -16,6 +16,7 @@ pub mod auth;
 pub mod bridge;
 pub mod channels;
 pub mod events;
+pub mod queue_stream;
 pub mod queues;
 pub mod rpc;
 pub mod service;

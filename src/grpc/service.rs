@@ -7,10 +7,10 @@
 //! | `SubscribeToRequests`, `SendRequest`, `SendResponse` | [`super::rpc`] (management queries: [`super::channels`]) |
 //! | `SendQueueMessage`, `SendQueueMessagesBatch`, `QueuesUpstream`, `QueuesDownstream`, `ReceiveQueueMessages`, `AckAllQueueMessages` | [`super::queues`] |
 //! | `QueuesInfo` | here, from the queues' channel list |
-//! | `StreamQueueMessage` (legacy; no current SDK calls it) | `UNIMPLEMENTED` at once, without reading the request stream |
+//! | `StreamQueueMessage` (legacy single-message stream; kubemq-js's `transaction()` uses it) | [`super::queue_stream`] |
 use super::auth::{authorize, CallIdentity, StreamAuthz};
 use super::bridge::{Bridge, Limits};
-use super::{events, pb, queues, rpc, BoxStream};
+use super::{events, pb, queue_stream, queues, rpc, BoxStream};
 use crate::auth::{Access, Auth};
 use crate::mesh::handle::ArrayHandle;
 use crate::model::Pattern;
@@ -120,8 +120,9 @@ impl pb::kubemq_server::Kubemq for KubemqService {
     }
 
     type StreamQueueMessageStream = BoxStream<pb::StreamQueueMessagesResponse>;
-    async fn stream_queue_message(&self, _: Request<Streaming<pb::StreamQueueMessagesRequest>>) -> Result<Response<Self::StreamQueueMessageStream>, Status> {
-        Err(Status::unimplemented("StreamQueueMessage (the legacy single-message queue stream) is not supported by stompgate; use QueuesDownstream"))
+    async fn stream_queue_message(&self, r: Request<Streaming<pb::StreamQueueMessagesRequest>>) -> Result<Response<Self::StreamQueueMessageStream>, Status> {
+        let authz = self.stream_authz(&r);
+        Ok(Response::new(queue_stream::stream(Arc::clone(&self.bridge), r.into_inner(), authz)))
     }
 
     async fn ack_all_queue_messages(&self, r: Request<pb::AckAllQueueMessagesRequest>) -> Result<Response<pb::AckAllQueueMessagesResponse>, Status> {
