@@ -4,17 +4,21 @@
 // queues with client ack, and commands and queries whose responders are native KubeMQ gRPC
 // clients in this Node process (STOMP is requester-only: a STOMP SUBSCRIBE to /command/ or
 // /query/ is refused, seed 003). The gateway allows only the page's origin; a page from
-// another origin is refused at the handshake. One gateway and one browser serve every case.
+// another origin is refused at the handshake. Authentication is on (JWT in CONNECT's
+// passcode, as a browser must send it) and the page also reaches wss:// with the committed
+// self-signed test certificate (tests/js/fixtures). One gateway and one browser serve every case.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import puppeteer from 'puppeteer-core';
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
-import { startGateway } from './gateway.mjs';
+import { startGateway, freePort } from './gateway.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CHROMIUM = process.env.CHROMIUM_BIN || '/usr/bin/chromium';
@@ -24,6 +28,9 @@ const PROTO = path.join(here, '..', '..', 'proto', 'kubemq.proto');
 const TEXT = 'grüße, 東京 — ✓ 🚀';
 const SUBSCRIBE_COMMANDS = 3;
 const SUBSCRIBE_QUERIES = 4;
+const TLS_CERT = path.join(here, 'fixtures', 'wss-cert.pem');
+const TLS_KEY = path.join(here, 'fixtures', 'wss-key.pem');
+const JWT_SECRET = crypto.randomBytes(32).toString('hex');
 
 let gw;
 let browser;
@@ -31,8 +38,26 @@ let page; // served from the allowed origin
 let pageServer;
 let foreignServer; // the same page from another origin (another port)
 let kubemq; // a gRPC client of the gateway's KubeMQ API
+let grpcAuth; // its `authorization` metadata (the same JWT as the page's passcode)
+let wssUrl;
+let secretDir;
 let n = 0;
 const unique = (prefix) => `${prefix}-${process.pid}-${n++}`;
+
+/** An HS256 JWT, signed here with node:crypto (no JWT library needed for one algorithm). */
+function jwt(claims, secret = JWT_SECRET) {
+  const part = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const unsigned = `${part({ alg: 'HS256', typ: 'JWT' })}.${part(claims)}`;
+  return `${unsigned}.${crypto.createHmac('sha256', secret).update(unsigned).digest('base64url')}`;
+}
+const token = (sub) => jwt({ sub, exp: Math.floor(Date.now() / 1000) + 3600 });
+
+/** Chromium's --ignore-certificate-errors-spki-list value for a certificate: the base64 of the
+ * SHA-256 of its public key (SPKI). Only that certificate is let through, not every one. */
+function spkiHash(certFile) {
+  const spki = new crypto.X509Certificate(fs.readFileSync(certFile)).publicKey.export({ type: 'spki', format: 'der' });
+  return crypto.createHash('sha256').update(spki).digest('base64');
+}
 
 /** Serves the page (tests/js/page) and the stompjs bundle on 127.0.0.1, on a free port. */
 function servePage() {
@@ -58,6 +83,8 @@ async function openPage(origin) {
   p.on('pageerror', (e) => { console.error(`page error (${origin}): ${e.message}`); });
   await p.goto(`${origin}/`, { waitUntil: 'load' });
   await p.waitForFunction(() => typeof window.StompJs === 'object' && typeof window.connect === 'function');
+  // Every connect() of the page logs in with a valid JWT unless a case passes its own headers.
+  await p.evaluate((passcode) => { window.defaultConnectHeaders = { login: 'browser', passcode }; }, token('browser-page'));
   return p;
 }
 
@@ -65,7 +92,7 @@ async function openPage(origin) {
  * resolves once the gateway has registered it (its response headers come after that). */
 function responder(type, channel, answer) {
   const requests = [];
-  const call = kubemq.SubscribeToRequests({ SubscribeTypeData: type, ClientID: 'node-responder', Channel: channel });
+  const call = kubemq.SubscribeToRequests({ SubscribeTypeData: type, ClientID: 'node-responder', Channel: channel }, grpcAuth);
   const ready = new Promise((resolve, reject) => {
     call.once('metadata', resolve);
     call.once('error', reject);
@@ -73,7 +100,7 @@ function responder(type, channel, answer) {
   call.on('data', (request) => {
     requests.push(request);
     const response = { ClientID: 'node-responder', RequestID: request.RequestID, ReplyChannel: request.ReplyChannel, ...answer(request) };
-    kubemq.SendResponse(response, (err) => { if (err) console.error(`SendResponse: ${err.message}`); });
+    kubemq.SendResponse(response, grpcAuth, (err) => { if (err) console.error(`SendResponse: ${err.message}`); });
   });
   call.on('error', () => {}); // the CANCELLED of stop()
   return { ready, requests, stop: () => call.cancel() };
@@ -85,11 +112,21 @@ before(async () => {
   const launching = puppeteer.launch({
     executablePath: CHROMIUM,
     headless: true,
-    // --no-sandbox: the tests run as root (Chromium refuses its sandbox there); the others
-    // keep it working in a container (small /dev/shm, no GPU).
-    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu', '--no-first-run', '--no-default-browser-check'],
+    // --no-sandbox: the tests run as root (Chromium refuses its sandbox there); the next two
+    // keep it working in a container (small /dev/shm, no GPU); the last trusts the test
+    // certificate of wss:// (and no other).
+    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu', '--no-first-run', '--no-default-browser-check',
+      `--ignore-certificate-errors-spki-list=${spkiHash(TLS_CERT)}`],
   });
-  gw = await startGateway(['--ws-allowed-origins', pageServer.origin], { grpc: true });
+  secretDir = fs.mkdtempSync(path.join(os.tmpdir(), 'stompgate-browser-'));
+  const secretFile = path.join(secretDir, 'jwt.secret');
+  fs.writeFileSync(secretFile, JWT_SECRET);
+  const wssPort = await freePort();
+  gw = await startGateway(['--ws-allowed-origins', pageServer.origin, '--auth-jwt-key', secretFile,
+    '--tls-cert', TLS_CERT, '--tls-key', TLS_KEY, '--stomp-tls-addr', 'off', '--ws-tls-addr', `127.0.0.1:${wssPort}`], { grpc: true });
+  wssUrl = `wss://127.0.0.1:${wssPort}/ws`;
+  grpcAuth = new grpc.Metadata();
+  grpcAuth.set('authorization', token('node-responder'));
   browser = await launching;
   page = await openPage(pageServer.origin);
   const { kubemq: pkg } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO, { keepCase: true, longs: String, enums: Number, defaults: true }));
@@ -102,6 +139,7 @@ after(async () => {
   await gw?.stop();
   pageServer?.close();
   foreignServer?.close();
+  if (secretDir) fs.rmSync(secretDir, { recursive: true, force: true });
 });
 
 test('events: a topic message published in the page reaches a subscriber in the page, byte for byte', async () => {
@@ -264,4 +302,30 @@ test('a page from an origin not in --ws-allowed-origins is refused at the handsh
   } finally {
     await foreign.close();
   }
+});
+
+test('authentication: the page is refused without a passcode or with a JWT signed by another key', async () => {
+  const r = await page.evaluate(async (url, forged) => {
+    const attempt = (headers) => connect(url, headers).then(async (c) => { await c.deactivate(); return 'connected'; }, (e) => e.message);
+    return { none: await attempt({ login: 'browser' }), forged: await attempt({ login: 'browser', passcode: forged }) };
+  }, gw.url, jwt({ sub: 'mallory', exp: Math.floor(Date.now() / 1000) + 3600 }, 'another secret'));
+  assert.equal(r.none, 'STOMP ERROR: access denied');
+  assert.equal(r.forged, 'STOMP ERROR: access denied');
+});
+
+test('wss: the page reaches the gateway over TLS and a topic message arrives byte for byte', async () => {
+  const dest = `/topic/${unique('browser-wss')}`;
+  const r = await page.evaluate(async (url, dest, text) => {
+    const [sub, pub] = await Promise.all([connect(url), connect(url)]);
+    const inbox = await subscribe(sub, dest);
+    await publish(pub, { destination: dest, body: text });
+    const m = await inbox.next();
+    const out = { protocol: sub.webSocket.protocol, url: sub.webSocket.url, m };
+    await Promise.all([sub.deactivate(), pub.deactivate()]);
+    return out;
+  }, wssUrl, dest, TEXT);
+  assert.equal(r.url, wssUrl);
+  assert.equal(r.protocol, 'v12.stomp');
+  assert.equal(r.m.headers.destination, dest);
+  assert.deepEqual(r.m.bytes, Array.from(Buffer.from(TEXT, 'utf8')));
 });

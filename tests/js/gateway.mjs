@@ -42,7 +42,7 @@ export { freePort };
 export async function startGateway(extraArgs = [], { grpc = false } = {}) {
   const [stompPort, wsPort, grpcPort] = [await freePort(), await freePort(), grpc ? await freePort() : 0];
   const args = ['--cores', '1', '--grpc-addr', grpc ? `127.0.0.1:${grpcPort}` : 'off',
-    '--stomp-addr', `127.0.0.1:${stompPort}`, '--ws-addr', `127.0.0.1:${wsPort}`, ...extraArgs];
+    '--amqp-addr', 'off', '--stomp-addr', `127.0.0.1:${stompPort}`, '--ws-addr', `127.0.0.1:${wsPort}`, ...extraArgs];
   const child = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });

@@ -15,8 +15,9 @@ function within(promise, what) {
   });
 }
 
-/** A connected client (stompjs offers v12.stomp, v11.stomp, v10.stomp by default). */
-window.connect = (url, connectHeaders = {}) => within(new Promise((resolve, reject) => {
+/** A connected client (stompjs offers v12.stomp, v11.stomp, v10.stomp by default). The test
+ * sets `window.defaultConnectHeaders` (login and a JWT passcode) when it loads the page. */
+window.connect = (url, connectHeaders = window.defaultConnectHeaders || {}) => within(new Promise((resolve, reject) => {
   const client = new StompJs.Client({
     brokerURL: url,
     connectHeaders,
