@@ -34,6 +34,7 @@ const JWT_SECRET = crypto.randomBytes(32).toString('hex');
 
 let gw;
 let browser;
+let launching; // the browser's start, awaited by after() too if before() fails midway
 let page; // served from the allowed origin
 let pageServer;
 let foreignServer; // the same page from another origin (another port)
@@ -109,7 +110,7 @@ function responder(type, channel, answer) {
 before(async () => {
   // The browser and the page servers first: the gateway is told the page's origin.
   [pageServer, foreignServer] = [await servePage(), await servePage()];
-  const launching = puppeteer.launch({
+  launching = puppeteer.launch({
     executablePath: CHROMIUM,
     headless: true,
     // --no-sandbox: the tests run as root (Chromium refuses its sandbox there); the next two
@@ -135,7 +136,7 @@ before(async () => {
 
 after(async () => {
   kubemq?.close();
-  await browser?.close();
+  await launching?.then((b) => b.close(), () => {});
   await gw?.stop();
   pageServer?.close();
   foreignServer?.close();
