@@ -34,11 +34,15 @@ function listening(port, deadline) {
   });
 }
 
-/** A running gateway: `url` is its ws:// address; `stop()` ends it. */
-export async function startGateway(extraArgs = []) {
-  const [stompPort, wsPort] = [await freePort(), await freePort()];
-  const args = ['--cores', '1', '--grpc-addr', 'off', '--stomp-addr', `127.0.0.1:${stompPort}`,
-    '--ws-addr', `127.0.0.1:${wsPort}`, ...extraArgs];
+/** A free TCP port on 127.0.0.1 (for a listener the test starts itself). */
+export { freePort };
+
+/** A running gateway: `url` is its ws:// address; `stop()` ends it. With `{ grpc: true }` its
+ * KubeMQ gRPC API listens too, at `grpcAddr` (the RPC responders of the tests live there). */
+export async function startGateway(extraArgs = [], { grpc = false } = {}) {
+  const [stompPort, wsPort, grpcPort] = [await freePort(), await freePort(), grpc ? await freePort() : 0];
+  const args = ['--cores', '1', '--grpc-addr', grpc ? `127.0.0.1:${grpcPort}` : 'off',
+    '--amqp-addr', 'off', '--stomp-addr', `127.0.0.1:${stompPort}`, '--ws-addr', `127.0.0.1:${wsPort}`, ...extraArgs];
   const child = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });
@@ -50,6 +54,7 @@ export async function startGateway(extraArgs = []) {
   return {
     url: `ws://127.0.0.1:${wsPort}/ws`,
     wsPort,
+    grpcAddr: grpc ? `127.0.0.1:${grpcPort}` : null,
     stderr: () => stderr,
     stop: async () => { child.kill('SIGTERM'); await exited; },
   };
