@@ -6,7 +6,7 @@
 //! (how a `Done` becomes a [`Confirmation`] is in [`crate::mesh::confirm`]).
 use crate::mesh::confirm::{next_external_conn, Confirmation, Confirmer};
 use crate::mesh::handle::ArrayHandle;
-use crate::mesh::msg::{ConnId, CoreId, CoreMsg, Ticket};
+use crate::mesh::msg::{ConnId, CoreId, CoreMsg, SubRef, Ticket};
 use crate::model::{Channel, Pattern};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -76,6 +76,15 @@ impl Bridge {
     /// in flight at once.
     pub fn send_confirmed(&self, core: CoreId, build: impl FnOnce(Ticket) -> CoreMsg) -> Confirmation {
         self.confirmer.send(&self.array, core, build)
+    }
+
+    /// A pull holder is done (its stream ended): the owner of each queue in `channels` takes
+    /// back what `holder` still has reserved there.
+    pub fn release_holder<'a>(&self, holder: SubRef, channels: impl IntoIterator<Item = &'a Channel>) {
+        for channel in channels {
+            let owner = self.owner_of(Pattern::Queues, channel);
+            self.array.send(owner, CoreMsg::Unsubscribe { pattern: Pattern::Queues, channel: channel.clone(), wildcard: false, sub: holder, done: None });
+        }
     }
 
     /// Waits until `core` has handled everything sent to it from here before.

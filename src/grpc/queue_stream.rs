@@ -230,12 +230,7 @@ impl QueueStream {
 
     /// The stream is over: the owners take back what the holder still has reserved.
     fn release(&self) {
-        for channel in &self.channels {
-            let owner = self.b.owner_of(Pattern::Queues, channel);
-            self.b
-                .array
-                .send(owner, CoreMsg::Unsubscribe { pattern: Pattern::Queues, channel: channel.clone(), wildcard: false, sub: self.holder, done: None });
-        }
+        self.b.release_holder(self.holder, &self.channels);
     }
 }
 

@@ -457,12 +457,7 @@ impl Downstream {
             transactions.remove(id);
         }
         drop(transactions);
-        for channel in &self.channels {
-            let owner = self.b.owner_of(Pattern::Queues, channel);
-            self.b
-                .array
-                .send(owner, CoreMsg::Unsubscribe { pattern: Pattern::Queues, channel: channel.clone(), wildcard: false, sub: self.holder, done: None });
-        }
+        self.b.release_holder(self.holder, &self.channels);
     }
 }
 
