@@ -27,6 +27,7 @@ mod heart_beat_props;
 mod heartbeats;
 mod load_rpc;
 mod load_scenarios;
+mod load_tls_auth;
 mod memory_budgets;
 mod metrics_listener;
 mod persistence;

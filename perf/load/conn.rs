@@ -1,5 +1,5 @@
-//! One STOMP client connection: a `TcpStream`, a read buffer with its [`Decoder`], and a write
-//! buffer that is flushed in large writes.
+//! One STOMP client connection: a [`Stream`] (plain TCP, or TLS with `--tls`), a read buffer
+//! with its [`Decoder`], and a write buffer that is flushed in large writes.
 //!
 //! The handshake and the publishers' receipt waits are blocking; receiver groups switch the
 //! socket to non-blocking and drive it from `poll(2)` (see `receive.rs`).
@@ -10,6 +10,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::stomp::{self, Decoder, Frame};
+use crate::tls::{TlsClient, TlsStream};
 
 /// Why a run failed. Every variant ends the run with a non-zero exit and this text.
 #[derive(Debug, thiserror::Error)]
@@ -38,16 +39,57 @@ pub struct Target {
     pub addr: SocketAddr,
     pub login: String,
     pub passcode: String,
+    /// `--tls`: every connection handshakes first.
+    pub tls: Option<TlsClient>,
 }
 
 impl Target {
-    pub fn resolve(host: &str, port: u16, login: &str, passcode: &str) -> Result<Target, LoadError> {
+    pub fn resolve(host: &str, port: u16, login: &str, passcode: &str, tls: Option<TlsClient>) -> Result<Target, LoadError> {
         let addr = (host, port)
             .to_socket_addrs()
             .map_err(|e| LoadError::Connect { addr: format!("{host}:{port}"), source: e })?
             .next()
             .ok_or_else(|| LoadError::Setup(format!("{host}:{port} resolves to no address")))?;
-        Ok(Target { addr, login: login.to_owned(), passcode: passcode.to_owned() })
+        Ok(Target { addr, login: login.to_owned(), passcode: passcode.to_owned(), tls })
+    }
+}
+
+/// The connection's byte stream. An enum, not a trait object: the plain path pays one match
+/// per system call, nothing per message.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream>),
+}
+
+impl Stream {
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(t) => &t.tcp,
+        }
+    }
+
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(t) => t.read(buf),
+        }
+    }
+
+    /// Blocking: writes all of `data`.
+    pub fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.write_all(data),
+            Stream::Tls(t) => t.write_all(data),
+        }
+    }
+
+    /// Input read from the socket but not yet returned, which `poll(2)` cannot see (TLS only).
+    pub fn has_buffered_input(&self) -> bool {
+        match self {
+            Stream::Plain(_) => false,
+            Stream::Tls(t) => t.has_buffered_input(),
+        }
     }
 }
 
@@ -79,7 +121,7 @@ impl Reader {
     }
 
     /// One `read(2)` into the free space, compacting or growing first. `Ok(0)` is EOF.
-    fn read_from(&mut self, s: &mut TcpStream) -> io::Result<usize> {
+    fn read_from(&mut self, s: &mut Stream) -> io::Result<usize> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -104,7 +146,7 @@ impl Reader {
 }
 
 pub struct Conn {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub rd: Reader,
     pub wr: Vec<u8>,
     /// Bytes of `wr` already written (non-blocking mode leaves partial writes).
@@ -131,20 +173,33 @@ const READ_WAKE: Duration = Duration::from_millis(500);
 pub const RECEIPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Conn {
-    /// TCP connect, CONNECT (1.2, `host:/`, no heart-beats), wait for CONNECTED.
+    /// TCP connect, the TLS handshake with `--tls`, CONNECT (1.2, `host:/`, no heart-beats),
+    /// wait for CONNECTED.
     ///
     /// # Errors
-    /// Connect failure, an ERROR instead of CONNECTED, EOF or no answer within 10 s.
+    /// Connect or handshake failure, an ERROR instead of CONNECTED, EOF or no answer within 10 s.
     pub fn open(t: &Target, bufs: Buffers) -> Result<Conn, LoadError> {
-        let stream = TcpStream::connect_timeout(&t.addr, HANDSHAKE_TIMEOUT).map_err(|e| LoadError::Connect { addr: t.addr.to_string(), source: e })?;
-        stream.set_nodelay(true).map_err(|e| LoadError::io("set TCP_NODELAY", e))?;
+        let tcp = TcpStream::connect_timeout(&t.addr, HANDSHAKE_TIMEOUT).map_err(|e| LoadError::Connect { addr: t.addr.to_string(), source: e })?;
+        tcp.set_nodelay(true).map_err(|e| LoadError::io("set TCP_NODELAY", e))?;
         // A blocked writer must end too; a small connection's frames always fit the socket.
         if matches!(bufs, Buffers::Large) {
-            stream.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(|e| LoadError::io("set SO_SNDTIMEO", e))?;
+            tcp.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(|e| LoadError::io("set SO_SNDTIMEO", e))?;
         }
-        let (rcap, wcap) = match bufs {
-            Buffers::Large => (256 * 1024, 256 * 1024),
-            Buffers::Small => (4096, 512),
+        // Left in place: every later blocking read wakes at least this often to check its
+        // own deadline (one setsockopt per connection, which the `connect` loop notices).
+        tcp.set_read_timeout(Some(READ_WAKE)).map_err(|e| LoadError::io("set timeout", e))?;
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        let (rcap, wcap, staged) = match bufs {
+            Buffers::Large => (256 * 1024, 256 * 1024, 64 * 1024),
+            Buffers::Small => (4096, 512, 8 * 1024),
+        };
+        let stream = match &t.tls {
+            None => Stream::Plain(tcp),
+            Some(client) => {
+                let mut s = client.session(tcp, staged)?;
+                s.handshake(|| Instant::now() >= deadline).map_err(|e| LoadError::Connect { addr: format!("{} (TLS handshake)", t.addr), source: e })?;
+                Stream::Tls(Box::new(s))
+            }
         };
         let mut c = Conn { stream, rd: Reader::new(rcap), wr: Vec::with_capacity(wcap), wr_pos: 0, version: String::new(), receipt_seq: 0, nonblocking: false };
         stomp::encode(
@@ -155,10 +210,6 @@ impl Conn {
         );
         let ctx = || format!("during CONNECT to {}", t.addr);
         c.flush().map_err(|e| LoadError::io(ctx(), e))?;
-        // Left in place: every later blocking read wakes at least this often to check its
-        // own deadline (one setsockopt per connection, which the `connect` loop notices).
-        c.stream.set_read_timeout(Some(READ_WAKE)).map_err(|e| LoadError::io("set timeout", e))?;
-        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
         loop {
             if let Some(f) = c.rd.next_frame().map_err(|e| proto(ctx(), &e))? {
                 if f.is(b"CONNECTED") {
@@ -183,14 +234,19 @@ impl Conn {
     /// Receiver groups drive the socket from `poll(2)`; [`Conn::disconnect`] switches back.
     pub fn set_nonblocking(&mut self, on: bool) -> Result<(), LoadError> {
         if self.nonblocking != on {
-            self.stream.set_nonblocking(on).map_err(|e| LoadError::io("set O_NONBLOCK", e))?;
+            self.stream.tcp().set_nonblocking(on).map_err(|e| LoadError::io("set O_NONBLOCK", e))?;
             self.nonblocking = on;
         }
         Ok(())
     }
 
     pub fn fd(&self) -> i32 {
-        self.stream.as_raw_fd()
+        self.stream.tcp().as_raw_fd()
+    }
+
+    /// Input already read that `poll(2)` will not report (TLS only): read again without waiting.
+    pub fn has_buffered_input(&self) -> bool {
+        self.stream.has_buffered_input()
     }
 
     /// A fresh receipt id for this connection.
@@ -216,10 +272,20 @@ impl Conn {
         Ok(())
     }
 
-    /// Non-blocking: writes what the socket takes. `Ok(true)` when `wr` is empty.
+    /// Non-blocking: writes what the socket takes. `Ok(true)` when `wr` is empty (TLS: and
+    /// rustls's queue of encrypted records, into which `wr` is moved at once).
     pub fn flush_some(&mut self) -> io::Result<bool> {
+        let tcp = match &mut self.stream {
+            Stream::Plain(s) => s,
+            Stream::Tls(t) => {
+                t.queue(&self.wr[self.wr_pos..])?;
+                self.wr.clear();
+                self.wr_pos = 0;
+                return t.write_some();
+            }
+        };
         while self.wr_pos < self.wr.len() {
-            match self.stream.write(&self.wr[self.wr_pos..]) {
+            match tcp.write(&self.wr[self.wr_pos..]) {
                 Ok(0) => return Err(io::Error::new(ErrorKind::WriteZero, "socket closed")),
                 Ok(n) => self.wr_pos += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
@@ -234,6 +300,10 @@ impl Conn {
 
     pub fn has_pending_write(&self) -> bool {
         self.wr_pos < self.wr.len()
+            || match &self.stream {
+                Stream::Plain(_) => false,
+                Stream::Tls(t) => t.has_pending_write(),
+            }
     }
 
     /// Non-blocking: one read. `Ok(None)` = would block, `Ok(Some(0))` = EOF.
@@ -389,11 +459,15 @@ pub fn eof(context: impl Into<String>) -> LoadError {
 
 /// Arms each `pollfd` for reading, and for writing where its connection has output pending,
 /// then waits up to `wait_ms`. `Ok(false)` when a signal interrupted the wait (poll again).
-pub fn poll_conns<'a>(fds: &mut [libc::pollfd], conns: impl Iterator<Item = &'a Conn>, wait_ms: i32) -> Result<bool, LoadError> {
-    for (pfd, conn) in fds.iter_mut().zip(conns) {
+/// A connection with input already buffered (TLS) does not wait, and is reported readable.
+pub fn poll_conns<'a>(fds: &mut [libc::pollfd], conns: impl Iterator<Item = &'a Conn> + Clone, wait_ms: i32) -> Result<bool, LoadError> {
+    let mut buffered = false;
+    for (pfd, conn) in fds.iter_mut().zip(conns.clone()) {
         pfd.events = libc::POLLIN | if conn.has_pending_write() { libc::POLLOUT } else { 0 };
         pfd.revents = 0;
+        buffered |= conn.has_buffered_input();
     }
+    let wait_ms = if buffered { 0 } else { wait_ms };
     // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
     if n < 0 {
@@ -402,6 +476,13 @@ pub fn poll_conns<'a>(fds: &mut [libc::pollfd], conns: impl Iterator<Item = &'a 
             return Ok(false);
         }
         return Err(LoadError::io("poll", e));
+    }
+    if buffered {
+        for (pfd, conn) in fds.iter_mut().zip(conns) {
+            if conn.has_buffered_input() {
+                pfd.revents |= libc::POLLIN;
+            }
+        }
     }
     Ok(true)
 }

@@ -4,13 +4,12 @@
 //! Server RSS is read before the first connection and after the settle time (`--warmup-s`);
 //! the difference divided by M is the server's memory per idle connection.
 
-use std::io::Write;
-use std::net::TcpStream;
+use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use crate::body::now_ns;
-use crate::conn::{Buffers, Conn, LoadError, Target};
+use crate::conn::{Buffers, Conn, LoadError, Stream, Target};
 use crate::measure::Server;
 use crate::report::Report;
 use crate::track::Window;
@@ -19,9 +18,9 @@ use crate::{secs_ns, Common, Shared, Watch};
 /// File descriptors kept free for everything else the harness opens.
 const FD_RESERVE: u64 = 64;
 
-/// Opens `n` connections; only the sockets are kept (the read/write buffers are dropped).
+/// Opens `n` connections; only the streams are kept (the read/write buffers are dropped).
 /// Stops at the first failure, returning what it opened so far and the error.
-fn open_many(target: &Target, n: usize) -> (Vec<TcpStream>, String, Option<LoadError>) {
+fn open_many(target: &Target, n: usize) -> (Vec<Stream>, String, Option<LoadError>) {
     let mut out = Vec::with_capacity(n);
     let mut version = String::new();
     for _ in 0..n {
@@ -36,19 +35,36 @@ fn open_many(target: &Target, n: usize) -> (Vec<TcpStream>, String, Option<LoadE
     (out, version, None)
 }
 
-/// Sockets on which the server sent something or hung up: for an idle connection with
-/// heart-beats off, only an ERROR or a close can have arrived.
-fn count_dropped(streams: &[TcpStream]) -> u64 {
+/// Connections on which the server sent something or hung up: for an idle connection with
+/// heart-beats off, only an ERROR or a close can have arrived. Over TLS the server may also
+/// have sent TLS records of its own (TLS 1.3 session tickets): such a connection is read, and
+/// counts only if STOMP bytes, EOF or an error came.
+fn count_dropped(streams: &mut [Stream]) -> u64 {
     let mut dropped = 0;
-    for chunk in streams.chunks(1024) {
-        let mut fds: Vec<libc::pollfd> = chunk.iter().map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 }).collect();
+    for chunk in streams.chunks_mut(1024) {
+        let mut fds: Vec<libc::pollfd> =
+            chunk.iter().map(|s| libc::pollfd { fd: s.tcp().as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 }).collect();
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs; timeout 0 never blocks.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
         if n > 0 {
-            dropped += fds.iter().filter(|p| p.revents != 0).count() as u64;
+            for (p, s) in fds.iter().zip(chunk.iter_mut()) {
+                if p.revents != 0 && !only_tls_records(s) {
+                    dropped += 1;
+                }
+            }
         }
     }
     dropped
+}
+
+/// A TLS connection whose pending input is TLS records only (no STOMP bytes, no EOF).
+fn only_tls_records(s: &mut Stream) -> bool {
+    if !matches!(s, Stream::Tls(_)) || s.tcp().set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut probe = [0u8; 64];
+    let quiet = matches!(s.read(&mut probe), Err(e) if e.kind() == ErrorKind::WouldBlock);
+    quiet && s.tcp().set_nonblocking(false).is_ok()
 }
 
 /// # Errors
@@ -64,7 +80,7 @@ pub fn run(connections: usize, workers: usize, nofile: u64, c: &Common, target: 
     let rss_before = server.and_then(|s| s.rss_kib());
     let opened = Instant::now();
     let workers = workers.min(connections).max(1);
-    let results: Vec<(Vec<TcpStream>, String, Option<LoadError>)> = std::thread::scope(|s| {
+    let results: Vec<(Vec<Stream>, String, Option<LoadError>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|i| {
                 let n = connections / workers + usize::from(i < connections % workers);
@@ -95,7 +111,7 @@ pub fn run(connections: usize, workers: usize, nofile: u64, c: &Common, target: 
     watch.run_until(&shared, shared.window.start_ns, || false);
     let rss_held = server.and_then(|s| s.rss_kib());
     watch.run_until(&shared, shared.window.end_ns, || false);
-    let dropped = count_dropped(&streams);
+    let dropped = count_dropped(&mut streams);
     let rss_end = server.and_then(|s| s.rss_kib());
     let (harness_cpu_s, server_cpu_s) = watch.window_cpu();
 

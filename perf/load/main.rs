@@ -14,8 +14,10 @@ mod report;
 mod responder;
 mod rpc;
 mod stomp;
+mod tls;
 mod track;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -32,8 +34,17 @@ use crate::track::Window;
 const ABOUT: &str = "Load harness for stompgate and other STOMP 1.2 brokers.";
 
 const LONG_ABOUT: &str = "\
-Load harness for stompgate and other STOMP 1.2 brokers (plain STOMP only: CONNECT with
-accept-version:1.2, host:/, login/passcode, heart-beat:0,0).
+Load harness for stompgate and other STOMP 1.2 brokers (CONNECT with accept-version:1.2,
+host:/, --login/--passcode, heart-beat:0,0), over plain TCP or, with --tls, over TLS.
+
+TLS (--tls): rustls, TLS 1.2 or 1.3, trusting only the CA certificates of --tls-ca; the
+certificate must be valid for --tls-server-name (default: --host; an IP address is matched
+against the certificate's IP SANs). Every connection the harness opens (publishers,
+subscribers, connect cycles, idle and rpc connections) handshakes before its CONNECT; in the
+connect scenario the handshake is part of each cycle. Session resumption is off, so every
+handshake is a full one, unless --tls-resume. The report names the negotiated version and
+cipher suite. --login/--passcode are sent by every connection alike (e.g. a JWT in --passcode
+for a gateway with --auth-jwt-key).
 
 Scenarios:
   fanout   1 publisher -> N subscribers on /topic/<name>
@@ -87,10 +98,28 @@ struct Common {
     /// Broker STOMP port.
     #[arg(long, default_value_t = 61613, global = true)]
     port: u16,
+    /// CONNECT `login` header of every connection.
     #[arg(long, default_value = "guest", global = true)]
     login: String,
+    /// CONNECT `passcode` header of every connection (stompgate with --auth-jwt-key: the JWT).
     #[arg(long, default_value = "guest", global = true)]
     passcode: String,
+    /// Read the passcode from FILE instead (one trailing newline dropped): keeps a token off
+    /// the command line.
+    #[arg(long, global = true, value_name = "FILE", conflicts_with = "passcode")]
+    passcode_file: Option<PathBuf>,
+    /// STOMP over TLS (needs --tls-ca).
+    #[arg(long, global = true, requires = "tls_ca")]
+    tls: bool,
+    /// PEM file of the CA certificate(s) to trust for --tls.
+    #[arg(long, global = true, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Name the server's certificate must be valid for [default: --host].
+    #[arg(long, global = true, value_name = "NAME")]
+    tls_server_name: Option<String>,
+    /// Let connections resume TLS sessions (tickets) instead of a full handshake each.
+    #[arg(long, global = true, requires = "tls")]
+    tls_resume: bool,
     /// Length of the measured window, seconds.
     #[arg(long, default_value_t = 10.0, global = true)]
     duration_s: f64,
@@ -353,7 +382,33 @@ fn params(c: &Common, scenario: &Scenario) -> Map<String, Value> {
     }
     put("duration_s", json!(c.duration_s));
     put("warmup_s", json!(c.warmup_s));
+    if c.tls {
+        put("tls", json!(true));
+        put("tls_resume", json!(c.tls_resume));
+    }
     m
+}
+
+/// `--passcode`, or the contents of `--passcode-file`.
+fn passcode(c: &Common) -> Result<String, LoadError> {
+    let Some(path) = &c.passcode_file else {
+        return Ok(c.passcode.clone());
+    };
+    let mut text = std::fs::read_to_string(path).map_err(|e| LoadError::Setup(format!("--passcode-file {}: {e}", path.display())))?;
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    Ok(text)
+}
+
+/// The TLS client of `--tls`, if given.
+fn tls_client(c: &Common) -> Result<Option<tls::TlsClient>, LoadError> {
+    if !c.tls {
+        return Ok(None);
+    }
+    let ca = c.tls_ca.as_deref().ok_or_else(|| LoadError::Setup("--tls needs --tls-ca FILE".into()))?;
+    let name = c.tls_server_name.as_deref().unwrap_or(&c.host);
+    tls::TlsClient::new(ca, name, c.tls_resume).map(Some)
 }
 
 fn run(cli: &Cli) -> Result<Report, LoadError> {
@@ -362,7 +417,7 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
         return Err(LoadError::Setup("--duration-s must be > 0; --warmup-s, --drain-s and --rate must be >= 0".into()));
     }
     let nofile = measure::raise_nofile();
-    let target = Target::resolve(&c.host, c.port, &c.login, &c.passcode)?;
+    let target = Target::resolve(&c.host, c.port, &c.login, &passcode(c)?, tls_client(c)?)?;
     let server = c.server_pid.map(|pid| Server { pid });
     if let Some(s) = server {
         s.check().map_err(LoadError::Setup)?;
@@ -410,6 +465,7 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
         )?,
     };
     report.label = c.label.clone();
+    report.tls = tls::negotiated();
     report.target = target.addr.to_string();
     report.params = params(c, &cli.scenario);
     if report.server_rss_kib.is_none() {

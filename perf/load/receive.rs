@@ -162,7 +162,7 @@ pub fn run(mut receivers: Vec<Receiver>, mode: Mode, publishers: usize, shared: 
                         }
                         Ok(Some(n)) => {
                             g.consume(r, now_ns(), shared)?;
-                            if n < SHORT_READ {
+                            if n < SHORT_READ && !r.conn.has_buffered_input() {
                                 break; // most likely drained: let poll say when there is more
                             }
                         }

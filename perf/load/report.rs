@@ -15,6 +15,8 @@ pub struct Report {
     pub label: String,
     pub target: String,
     pub stomp_version: String,
+    /// `--tls`: the negotiated version and cipher suite.
+    pub tls: Option<String>,
     /// Scenario parameters, as given.
     pub params: Map<String, Value>,
     pub window_s: f64,
@@ -103,6 +105,7 @@ impl Report {
             "label": self.label,
             "target": self.target,
             "stomp_version": self.stomp_version,
+            "tls": self.tls,
             "params": self.params,
             "window_s": r3(Some(self.window_s)),
             "sent": self.sent,
@@ -139,7 +142,8 @@ impl Report {
     pub fn human(&self) -> String {
         let mut s = String::new();
         let label = if self.label.is_empty() { String::new() } else { format!(" [{}]", self.label) };
-        let _ = writeln!(s, "stompgate-load {}{label}: {} (STOMP {}), {:.1} s window", self.scenario, self.target, self.stomp_version, self.window_s);
+        let tls = self.tls.as_ref().map_or_else(String::new, |t| format!(" over {t}"));
+        let _ = writeln!(s, "stompgate-load {}{label}: {} (STOMP {}{tls}), {:.1} s window", self.scenario, self.target, self.stomp_version, self.window_s);
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(s, "  params      {}", params.join(" "));
         if let (Some(sent), Some(done)) = (self.sent, self.completed) {

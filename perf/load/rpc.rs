@@ -297,7 +297,7 @@ fn drive(mut requesters: Vec<Requester>, inflight: usize, flow: &Flow, shared: &
                         }
                         Ok(Some(n)) => {
                             unreported_answers += out.consume(r, now_ns(), window)?;
-                            if n < SHORT_READ {
+                            if n < SHORT_READ && !r.conn.has_buffered_input() {
                                 break;
                             }
                         }
