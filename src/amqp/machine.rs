@@ -15,10 +15,11 @@
 //! Not yet: Events-Store, Commands/Queries (RPC, dynamic nodes, `responses/`), the anonymous
 //! sender, selectors, consumer groups, authorization checks, session-window enforcement,
 //! EXTERNAL, and the idle time-out watchdog on our side (we advertise it; see `tick`).
-use super::address::{judge_attach, Attach as Judge, Node, NodeHint, PeerRole, ServerRole};
+use super::address::{judge_attach, Attach as Judge, Node, NodeHint, PeerRole, Permission, ServerRole};
 use super::error::AmqpError;
 use super::frame::{self, Frame, FrameDecoder, FrameError, ProtocolHeader, SaslBody};
 use super::mapping;
+use crate::auth::Access;
 use crate::mesh::msg::{Settle, StartAt, SubNo};
 use crate::mesh::op::ArrayOp;
 use crate::model::{Channel, Message, Pattern};
@@ -124,7 +125,12 @@ pub struct Machine {
     s: Settings,
     phase: Phase,
     decoder: FrameDecoder,
+    /// The identity authorization checks and messages carry: the JWT's client id (PLAIN,
+    /// authentication on), else the SASL username, else the OPEN container-id (sanitized),
+    /// else the connection's generated id (§3.4).
     client_id: Bytes,
+    /// Set once SASL named the identity; the container-id does not override it then.
+    identified: bool,
     peer_max_frame: u32,
     sessions: AHashMap<u16, Sess>,
     next_sub: u32,
@@ -142,6 +148,7 @@ impl Machine {
             phase: Phase::Header { sasl_done: false },
             decoder,
             client_id,
+            identified: false,
             peer_max_frame: frame::MIN_MAX_FRAME_SIZE,
             sessions: AHashMap::new(),
             next_sub: 1,
@@ -252,6 +259,7 @@ impl Machine {
                         Ok(id) => {
                             if let Some(id) = id {
                                 self.client_id = id;
+                                self.identified = true;
                             }
                             true
                         }
@@ -260,6 +268,7 @@ impl Machine {
                 } else {
                     if let Some(u) = user.filter(|u| !u.is_empty()) {
                         self.client_id = Bytes::copy_from_slice(u);
+                        self.identified = true;
                     }
                     true
                 }
@@ -276,6 +285,11 @@ impl Machine {
     }
 
     fn on_open(&mut self, open: Open, out: &mut Out) {
+        if !self.identified {
+            if let Some(id) = sanitized_client_id(&open.container_id) {
+                self.client_id = id;
+            }
+        }
         self.peer_max_frame = open.max_frame_size.0.clamp(frame::MIN_MAX_FRAME_SIZE, self.s.max_frame_size);
         let channel_max = open.channel_max.0.min(self.s.session_max.saturating_sub(1));
         let reply = Open {
@@ -297,7 +311,7 @@ impl Machine {
     fn on_performative(&mut self, ch: u16, p: Performative, payload: Bytes, host: &dyn Host, out: &mut Out) {
         match p {
             Performative::Begin(b) => self.on_begin(ch, b, out),
-            Performative::Attach(a) => self.on_attach(ch, a, out),
+            Performative::Attach(a) => self.on_attach(ch, a, host, out),
             Performative::Flow(f) => self.on_flow(ch, f, out),
             Performative::Transfer(t) => self.on_transfer(ch, t, payload, host, out),
             Performative::Disposition(d) => self.on_disposition(ch, d, out),
@@ -341,7 +355,7 @@ impl Machine {
         frame::write_amqp(&mut out.write, ch, &Performative::End(End { error: None }), &[]);
     }
 
-    fn on_attach(&mut self, ch: u16, a: Attach, out: &mut Out) {
+    fn on_attach(&mut self, ch: u16, a: Attach, host: &dyn Host, out: &mut Out) {
         let Some(sess) = self.sessions.get(&ch) else { return self.fail_connection(AmqpError::NotAllowed, out) };
         let handle = a.handle.0;
         if sess.links.contains_key(&handle) {
@@ -376,7 +390,20 @@ impl Machine {
         };
         let node = match judged {
             Ok(plan) => match plan.node {
-                Node::Channel { pattern: p @ (Pattern::Events | Pattern::Queues), channel } => Ok((plan.server_role, p, channel)),
+                Node::Channel { pattern: p @ (Pattern::Events | Pattern::Queues), channel } => {
+                    // Seed 002's server-role table: a server sender (the peer reads) needs Read
+                    // on the node, a server receiver (the peer writes) needs Write. Checked
+                    // before anything reaches the array.
+                    let access = match plan.permission {
+                        Permission::Read => Some(Access::Read),
+                        Permission::Write => Some(Access::Write),
+                        Permission::WritePerMessage | Permission::None => None,
+                    };
+                    match access {
+                        Some(access) if !self.allowed(host, p, &channel, access) => Err(AmqpError::UnauthorizedAccess),
+                        _ => Ok((plan.server_role, p, channel)),
+                    }
+                }
                 // Events-Store, RPC, responses/, dynamic and anonymous nodes: later slices.
                 _ => Err(AmqpError::NotImplemented),
             },
@@ -386,6 +413,20 @@ impl Machine {
             Ok((server_role, pattern, channel)) => self.open_link(ch, a, server_role, pattern, channel, out),
             Err(cond) => self.refuse_attach(ch, a, cond, out),
         }
+    }
+
+    /// Whether this connection's identity may do `access` on (`pattern`, `channel`) under the
+    /// `--authz-file` rules (always, with authorization off). Asked once per ATTACH, so no
+    /// decision cache; a denial is counted and audited under transport `amqp10`.
+    fn allowed(&self, host: &dyn Host, pattern: Pattern, channel: &Channel, access: Access) -> bool {
+        if host.authz_generation().is_none() {
+            return true;
+        }
+        let allowed = host.authorize(&self.client_id, pattern, &channel.0, access);
+        if !allowed {
+            crate::telemetry::authz_denial("amqp10");
+        }
+        allowed
     }
 
     /// The refusal the spec asks for: an ATTACH with a null terminus on our side, then a
@@ -768,6 +809,13 @@ fn flip(role: Role) -> Role {
         Role::Sender => Role::Receiver,
         Role::Receiver => Role::Sender,
     }
+}
+
+/// A container-id as a client id (§3.4): only `[a-zA-Z0-9_-]` kept, at most 256 bytes;
+/// `None` when nothing is left.
+fn sanitized_client_id(container_id: &str) -> Option<Bytes> {
+    let id: String = container_id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(256).collect();
+    (!id.is_empty()).then(|| Bytes::from(id))
 }
 
 /// An error of the closed set, with its fixed description.

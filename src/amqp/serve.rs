@@ -51,6 +51,19 @@ impl Host for CoreHost<'_> {
     fn authenticate(&self, login: Option<&[u8]>, passcode: Option<&[u8]>) -> Result<Option<Bytes>, crate::auth::Denied> {
         self.0.cfg.auth.authenticate_passcode("amqp10", login, passcode, self.1, "no password")
     }
+    fn authz_generation(&self) -> Option<u64> {
+        self.0.cfg.auth.authz.as_ref().map(|a| a.generation())
+    }
+    /// The `--authz-file` rules, with the same audit line as STOMP's (transport `amqp10`).
+    fn authorize(&self, client_id: &[u8], pattern: Pattern, channel: &[u8], access: crate::auth::Access) -> bool {
+        let Some(authz) = &self.0.cfg.auth.authz else { return true };
+        let (client_id, channel) = (String::from_utf8_lossy(client_id), String::from_utf8_lossy(channel));
+        let allowed = authz.allows(&client_id, pattern, &channel, access);
+        if !allowed {
+            tracing::info!(target: "stompgate::audit", event = "authz.denied", transport = "amqp10", client_id = %client_id, ?pattern, channel = %channel, ?access, "access denied");
+        }
+        allowed
+    }
 }
 
 impl AmqpConn {

@@ -3,8 +3,11 @@ use crate::amqp::frame::{write_amqp, write_sasl};
 use fe2o3_amqp_types::messaging::{Released, Source, Target};
 use fe2o3_amqp_types::sasl::SaslInit;
 
+#[derive(Clone, Copy)]
 struct TestHost {
     jwt_ok: &'static [u8],
+    /// Authorization on: the rule (client id, pattern, channel, access) → allowed.
+    rules: Option<fn(&[u8], Pattern, &[u8], Access) -> bool>,
 }
 
 impl Host for TestHost {
@@ -24,25 +27,33 @@ impl Host for TestHost {
             Err(crate::auth::Denied)
         }
     }
+    fn authz_generation(&self) -> Option<u64> {
+        self.rules.map(|_| 1)
+    }
+    fn authorize(&self, client_id: &[u8], pattern: Pattern, channel: &[u8], access: Access) -> bool {
+        self.rules.is_none_or(|r| r(client_id, pattern, channel, access))
+    }
 }
 
-const HOST: TestHost = TestHost { jwt_ok: b"good-token" };
+const HOST: TestHost = TestHost { jwt_ok: b"good-token", rules: None };
 
 /// A peer driving a machine: writes client frames, reads back the server's.
 struct Peer {
     m: Machine,
     dec: FrameDecoder,
     got: BytesMut,
+    host: TestHost,
 }
 
 impl Peer {
     fn new(s: Settings) -> Peer {
-        Peer { m: Machine::new(s, Bytes::from_static(b"c")), dec: FrameDecoder::new(1 << 20), got: BytesMut::new() }
+        Peer { m: Machine::new(s, Bytes::from_static(b"c")), dec: FrameDecoder::new(1 << 20), got: BytesMut::new(), host: HOST }
     }
     fn feed(&mut self, bytes: &[u8]) -> Out {
         let mut out = Out::default();
         let mut buf = BytesMut::from(bytes);
-        self.m.feed(&mut buf, &HOST, &mut out);
+        let host = self.host;
+        self.m.feed(&mut buf, &host, &mut out);
         self.got.extend_from_slice(&out.write);
         out
     }
@@ -74,7 +85,11 @@ impl Peer {
     }
     /// AMQP header, OPEN, BEGIN on channel 0: an open session.
     fn opened(s: Settings) -> Peer {
+        Peer::opened_with(s, HOST)
+    }
+    fn opened_with(s: Settings, host: TestHost) -> Peer {
         let mut p = Peer::new(s);
+        p.host = host;
         p.feed(&frame::AMQP_HEADER);
         assert_eq!(p.take_header(), frame::AMQP_HEADER);
         p.send(0, Performative::Open(open(65536, 30_000)), &[]);
@@ -402,4 +417,79 @@ fn close_releases_every_link_and_is_answered() {
     assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })).count(), 2);
     assert!(out.close);
     assert!(matches!(&p.performatives()[..], [Performative::Close(_)]));
+}
+
+/// The rules of the authorization tests: client `client` (the OPEN container-id) may read
+/// queue `readable` and write queue `writable`; nothing else.
+fn ruled(client_id: &[u8], pattern: Pattern, channel: &[u8], access: Access) -> bool {
+    client_id == b"client" && pattern == Pattern::Queues && matches!((channel, access), (b"readable", Access::Read) | (b"writable", Access::Write))
+}
+
+#[test]
+fn the_open_container_id_is_the_identity_without_a_sasl_name() {
+    let p = Peer::opened(Settings::default());
+    assert_eq!(p.m.client_id, Bytes::from_static(b"client"));
+    assert_eq!(sanitized_client_id("a b/c:d_e-f"), Some(Bytes::from_static(b"abcd_e-f")));
+    assert_eq!(sanitized_client_id("::"), None);
+    assert_eq!(sanitized_client_id(&"x".repeat(300)).map(|b| b.len()), Some(256));
+}
+
+#[test]
+fn an_attach_needs_read_to_receive_and_write_to_send_under_the_rules() {
+    let host = TestHost { rules: Some(ruled), ..HOST };
+    let mut p = Peer::opened_with(Settings::default(), host);
+    // Allowed: a receiver on the readable queue, a sender on the writable one.
+    let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/readable")), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { .. }, None)]), "{:?}", out.ops);
+    let out = p.send(0, Performative::Attach(attach(2, Role::Sender, "queues/writable")), &[]);
+    assert!(out.ops.is_empty());
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Attach(_), Performative::Flow(_)]));
+    // Denied: the other direction on each, and a channel no rule names.
+    for (handle, role, address) in [(3, Role::Receiver, "queues/writable"), (4, Role::Receiver, "events/readable"), (5, Role::Sender, "queues/readable")] {
+        let out = p.send(0, Performative::Attach(attach(handle, role.clone(), address)), &[]);
+        assert!(out.ops.is_empty(), "nothing reaches the array for {address}: {:?}", out.ops);
+        match &p.performatives()[..] {
+            [Performative::Attach(a), Performative::Detach(d)] => {
+                if role == Role::Receiver {
+                    assert!(a.source.is_none(), "the refused terminus is null");
+                } else {
+                    assert!(a.target.is_none(), "the refused terminus is null");
+                }
+                assert_eq!(condition(&d.error), "amqp:unauthorized-access");
+                let text = d.error.as_ref().and_then(|e| e.description.clone()).unwrap_or_default();
+                assert!(!text.contains("readable") && !text.contains("writable"), "sanitized: {text}");
+            }
+            other => panic!("{address}: {other:?}"),
+        }
+        // A transfer on the refused link (the last case) is not published either.
+        if role == Role::Sender {
+            let out = p.send(0, Performative::Transfer(transfer(handle, 0, false, false)), &mapping::encode(b"m", b"x", &Default::default()));
+            // (The unknown handle ends the session: its allowed links are unsubscribed.)
+            assert!(!out.ops.iter().any(|(op, _)| matches!(op, ArrayOp::QueueSend { .. } | ArrayOp::Publish { .. })), "{:?}", out.ops);
+        }
+    }
+}
+
+#[test]
+fn a_jwt_identity_is_the_one_the_rules_see() {
+    // The token's client id (alice) replaces the container-id (client), so `ruled` denies.
+    let host = TestHost { rules: Some(ruled), ..HOST };
+    let mut p = Peer::new(Settings { auth_required: true, ..Settings::default() });
+    p.host = host;
+    p.feed(&frame::SASL_HEADER);
+    p.take_header();
+    p.frames();
+    let mut b = BytesMut::new();
+    write_sasl(&mut b, &SaslInit { mechanism: Symbol::from("PLAIN"), initial_response: Some(Binary::from(b"\0u\0good-token".to_vec())), hostname: None });
+    p.feed(&b);
+    p.frames();
+    p.feed(&frame::AMQP_HEADER);
+    p.take_header();
+    p.send(0, Performative::Open(open(65536, 30_000)), &[]);
+    p.send(0, Performative::Begin(begin()), &[]);
+    p.performatives();
+    assert_eq!(p.m.client_id, Bytes::from_static(b"alice"));
+    let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/readable")), &[]);
+    assert!(out.ops.is_empty());
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:unauthorized-access"));
 }
