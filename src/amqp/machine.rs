@@ -91,6 +91,9 @@ enum Phase {
 
 /// The session window we advertise: large and fixed (window enforcement is not done yet).
 const WINDOW: u32 = 1 << 20;
+/// Array subscriptions one queue link may open as its credit grows; past it the link waits for
+/// the ones it has to free up (a peer that raises its credit this often without settling).
+const MAX_SUBS_PER_LINK: usize = 16;
 /// Room kept in each outgoing frame for the TRANSFER performative itself.
 const TRANSFER_OVERHEAD: usize = 128;
 
@@ -98,12 +101,17 @@ struct Link {
     role: ServerRole,
     pattern: Pattern,
     channel: Channel,
-    sub: Option<SubNo>,
+    /// Sender side: the array subscriptions that feed this link, each with the prefetch it
+    /// was opened with. Events: one, opened at attach. Queues: opened as the peer grants
+    /// credit, so the array hands this link no more than its credit allows (`fit_credit`).
+    subs: Vec<(SubNo, u32)>,
     /// Sender side: credit left and deliveries sent (the link's delivery-count).
     credit: u32,
     delivery_count: u32,
-    /// Queue messages received from the array, waiting for credit: (message, tag).
-    pending: VecDeque<(Arc<Message>, u64)>,
+    /// Queue messages received from the array, waiting for credit: (message, sub, tag).
+    pending: VecDeque<(Arc<Message>, SubNo, u64)>,
+    /// Queue deliveries sent and not yet settled by the peer.
+    unsettled: u32,
     /// Receiver side: the message being assembled from `more` frames, its delivery id, and
     /// whether the peer sent it settled.
     partial: Option<(BytesMut, Option<u32>, bool)>,
@@ -117,8 +125,8 @@ struct Sess {
     next_incoming_id: u32,
     next_delivery_id: u32,
     links: AHashMap<u32, Link>,
-    /// Our unsettled queue deliveries by delivery id: (link handle, tag).
-    unsettled: BTreeMap<u32, (u32, u64)>,
+    /// Our unsettled queue deliveries by delivery id: (link handle, subscription, tag).
+    unsettled: BTreeMap<u32, (u32, SubNo, u64)>,
 }
 
 pub struct Machine {
@@ -457,10 +465,11 @@ impl Machine {
             role: server_role,
             pattern,
             channel: channel.clone(),
-            sub: None,
+            subs: Vec::new(),
             credit: 0,
             delivery_count: 0,
             pending: VecDeque::new(),
+            unsettled: 0,
             partial: None,
             granted: 0,
         };
@@ -477,13 +486,15 @@ impl Machine {
         };
         frame::write_amqp(&mut out.write, ch, &Performative::Attach(reply), &[]);
         match server_role {
+            // A queue link subscribes once the peer grants credit (`fit_credit`): the array
+            // must not hand it messages it has no credit for.
+            ServerRole::Sender if pattern == Pattern::Queues => {}
             ServerRole::Sender => {
                 let sub = SubNo(self.next_sub);
                 self.next_sub += 1;
-                link.sub = Some(sub);
+                link.subs.push((sub, 0));
                 self.subs.insert(sub, (ch, handle));
-                let prefetch = if pattern == Pattern::Queues { self.s.max_unsettled_per_link } else { 0 };
-                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group: None, start: StartAt::NewOnly, prefetch }, None));
+                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group: None, start: StartAt::NewOnly, prefetch: 0 }, None));
             }
             ServerRole::Receiver => {
                 link.granted = self.s.max_unsettled_per_link;
@@ -504,17 +515,51 @@ impl Machine {
         // on our side: the client's DETACH completes it and must not be answered again
         // (proton waits forever on the extra one).
         let Some(link) = sess.links.remove(&d.handle.0) else { return };
-        sess.unsettled.retain(|_, (h, _)| *h != d.handle.0);
+        sess.unsettled.retain(|_, (h, _, _)| *h != d.handle.0);
         self.drop_link(link, out);
         frame::write_amqp(&mut out.write, ch, &Performative::Detach(Detach { handle: d.handle, closed: true, error: None }), &[]);
     }
 
-    /// Ends a link's subscription; the array gives back what it held unacknowledged.
+    /// Ends a link's subscriptions; the array gives back what they held unacknowledged
+    /// (sent and unsettled, or still waiting here for credit).
     fn drop_link(&mut self, link: Link, out: &mut Out) {
-        if let Some(sub) = link.sub {
+        for (sub, _) in link.subs {
             self.subs.remove(&sub);
-            out.ops.push((ArrayOp::Unsubscribe { sub, pattern: link.pattern, channel: link.channel, wildcard: false }, None));
+            out.ops.push((ArrayOp::Unsubscribe { sub, pattern: link.pattern, channel: link.channel.clone(), wildcard: false }, None));
         }
+    }
+
+    /// A queue link's credit changed: opens one more array subscription if what the array
+    /// may hand this link (the prefetch of its subscriptions) is less than what the peer
+    /// allows (unsettled + waiting + credit, at most MaxUnsettledPerLink). The array never
+    /// gives a subscription more than its prefetch unsettled, so a peer that grants credit 1
+    /// and never settles holds one message, and the queue's other consumers get the rest.
+    fn fit_credit(&mut self, ch: u16, handle: u32, out: &mut Out) {
+        let max = self.s.max_unsettled_per_link;
+        let Some(link) = self.sessions.get_mut(&ch).and_then(|s| s.links.get_mut(&handle)) else { return };
+        if link.pattern != Pattern::Queues || link.role != ServerRole::Sender || link.subs.len() >= MAX_SUBS_PER_LINK {
+            return;
+        }
+        let allowed = (link.unsettled as u64 + link.pending.len() as u64 + link.credit as u64).min(max as u64) as u32;
+        let have: u32 = link.subs.iter().map(|(_, p)| *p).sum();
+        if allowed <= have {
+            return;
+        }
+        let sub = SubNo(self.next_sub);
+        self.next_sub += 1;
+        let prefetch = allowed - have;
+        link.subs.push((sub, prefetch));
+        self.subs.insert(sub, (ch, handle));
+        let op = ArrayOp::Subscribe {
+            sub,
+            pattern: Pattern::Queues,
+            channel: link.channel.clone(),
+            wildcard: false,
+            group: None,
+            start: StartAt::NewOnly,
+            prefetch,
+        };
+        out.ops.push((op, None));
     }
 
     fn on_flow(&mut self, ch: u16, f: Flow, out: &mut Out) {
@@ -546,6 +591,7 @@ impl Machine {
             let flow = link_flow(sess, handle, dc, cr, false);
             frame::write_amqp(&mut out.write, ch, &Performative::Flow(flow), &[]);
         }
+        self.fit_credit(ch, handle, out);
     }
 
     fn on_transfer(&mut self, ch: u16, t: Transfer, payload: Bytes, host: &dyn Host, out: &mut Out) {
@@ -635,17 +681,16 @@ impl Machine {
         };
         // At most 65536 ids per frame (§3.7): a crafted range cannot make us scan forever.
         let ids: Vec<u32> = sess.unsettled.range(d.first..=last.max(d.first)).take(65_536).map(|(id, _)| *id).collect();
-        let mut by_link: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        let mut by_sub: BTreeMap<(u32, u32), Vec<u64>> = BTreeMap::new();
         for id in ids {
-            if let Some((handle, tag)) = sess.unsettled.remove(&id) {
-                by_link.entry(handle).or_default().push(tag);
+            if let Some((handle, sub, tag)) = sess.unsettled.remove(&id) {
+                by_sub.entry((handle, sub.0)).or_default().push(tag);
             }
         }
-        for (handle, tags) in by_link {
-            if let Some(link) = sess.links.get(&handle) {
-                if let Some(sub) = link.sub {
-                    out.ops.push((ArrayOp::Settle { sub, channel: link.channel.clone(), tags, action: action.clone() }, None));
-                }
+        for ((handle, sub), tags) in by_sub {
+            if let Some(link) = sess.links.get_mut(&handle) {
+                link.unsettled = link.unsettled.saturating_sub(tags.len() as u32);
+                out.ops.push((ArrayOp::Settle { sub: SubNo(sub), channel: link.channel.clone(), tags, action: action.clone() }, None));
             }
         }
     }
@@ -674,7 +719,7 @@ impl Machine {
         if self.phase != Phase::Open {
             return false;
         }
-        link.pending.push_back((Arc::clone(msg), tag));
+        link.pending.push_back((Arc::clone(msg), sub, tag));
         pump(sess, ch, handle, max_frame, out);
         true
     }
@@ -737,11 +782,12 @@ fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) 
         if link.credit == 0 {
             return;
         }
-        let Some((msg, tag)) = link.pending.pop_front() else { return };
+        let Some((msg, sub, tag)) = link.pending.pop_front() else { return };
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
+        link.unsettled += 1;
         let id = send_message(sess, ch, handle, &msg, false, max_frame, out);
-        sess.unsettled.insert(id, (handle, tag));
+        sess.unsettled.insert(id, (handle, sub, tag));
     }
 }
 

@@ -328,19 +328,22 @@ fn a_multi_frame_transfer_is_joined_and_one_over_max_message_size_detaches() {
 fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them() {
     let mut p = Peer::opened(Settings::default());
     let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
+    assert!(out.ops.is_empty(), "no credit yet: nothing asked of the queue: {:?}", out.ops);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(a)] if a.role == Role::Sender));
+    let out = p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
     let sub = match &out.ops[..] {
-        [(ArrayOp::Subscribe { sub, pattern: Pattern::Queues, channel, .. }, None)] => {
+        [(ArrayOp::Subscribe { sub, pattern: Pattern::Queues, channel, prefetch: 2, .. }, None)] => {
             assert_eq!(*channel, Channel::from_static("q"));
             *sub
         }
         other => panic!("{other:?}"),
     };
-    assert!(matches!(&p.performatives()[..], [Performative::Attach(a)] if a.role == Role::Sender));
+    // The peer lowers its credit to 1 before anything arrived (credit is the latest FLOW's).
+    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
     let mut out = Out::default();
     assert!(p.m.deliver_queue(sub, &queue_msg(b"one"), 11, &mut out));
     assert!(p.m.deliver_queue(sub, &queue_msg(b"two"), 12, &mut out));
-    assert!(out.write.is_empty(), "no credit, nothing sent");
-    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    p.got.extend_from_slice(&out.write);
     let frames = p.frames();
     assert_eq!(frames.len(), 1, "one credit, one message");
     match &frames[0] {
@@ -353,8 +356,9 @@ fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them(
     let settle = |state| Disposition { role: Role::Receiver, first: 0, last: None, settled: true, state: Some(state), batchable: false };
     let out = p.send(0, Performative::Disposition(settle(DeliveryState::Accepted(Accepted {}))), &[]);
     assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Ack, .. }, None)] if tags == &vec![11]));
-    p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
-    assert_eq!(p.frames().len(), 1);
+    let out = p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
+    assert_eq!(p.frames().len(), 1, "the waiting message goes out");
+    assert!(out.ops.is_empty(), "the prefetch of 2 still covers what the peer allows: {:?}", out.ops);
     let released = Disposition { first: 1, ..settle(DeliveryState::Released(Released {})) };
     let out = p.send(0, Performative::Disposition(released), &[]);
     assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Nack, .. }, None)] if tags == &vec![12]));
@@ -412,6 +416,8 @@ fn close_releases_every_link_and_is_answered() {
     let mut p = Peer::opened(Settings::default());
     p.send(0, Performative::Attach(attach(0, Role::Receiver, "queues/a")), &[]);
     p.send(0, Performative::Attach(attach(1, Role::Receiver, "events/b")), &[]);
+    // The queue link subscribes with its first credit.
+    p.send(0, Performative::Flow(credit(0, 1, false)), &[]);
     p.performatives();
     let out = p.send(0, Performative::Close(Close { error: None }), &[]);
     assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })).count(), 2);
@@ -439,11 +445,15 @@ fn an_attach_needs_read_to_receive_and_write_to_send_under_the_rules() {
     let host = TestHost { rules: Some(ruled), ..HOST };
     let mut p = Peer::opened_with(Settings::default(), host);
     // Allowed: a receiver on the readable queue, a sender on the writable one.
-    let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/readable")), &[]);
+    p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/readable")), &[]);
+    let out = p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
     assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { .. }, None)]), "{:?}", out.ops);
     let out = p.send(0, Performative::Attach(attach(2, Role::Sender, "queues/writable")), &[]);
     assert!(out.ops.is_empty());
-    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Attach(_), Performative::Flow(_)]));
+    match &p.performatives()[..] {
+        [Performative::Attach(r), Performative::Attach(s), Performative::Flow(_)] => assert!(r.source.is_some() && s.target.is_some()),
+        other => panic!("{other:?}"),
+    }
     // Denied: the other direction on each, and a channel no rule names.
     for (handle, role, address) in [(3, Role::Receiver, "queues/writable"), (4, Role::Receiver, "events/readable"), (5, Role::Sender, "queues/readable")] {
         let out = p.send(0, Performative::Attach(attach(handle, role.clone(), address)), &[]);
@@ -492,4 +502,52 @@ fn a_jwt_identity_is_the_one_the_rules_see() {
     let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/readable")), &[]);
     assert!(out.ops.is_empty());
     assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:unauthorized-access"));
+}
+
+#[test]
+fn a_queue_link_takes_from_the_queue_only_what_its_credit_allows() {
+    let mut p = Peer::opened(Settings { max_unsettled_per_link: 8, ..Settings::default() });
+    p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
+    p.performatives();
+    // Credit 1, never settled: the array may hand this link one message, no more.
+    let out = p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    let first = match &out.ops[..] {
+        [(ArrayOp::Subscribe { sub, prefetch: 1, .. }, None)] => *sub,
+        other => panic!("{other:?}"),
+    };
+    let mut out = Out::default();
+    assert!(p.m.deliver_queue(first, &queue_msg(b"one"), 1, &mut out));
+    p.got.extend_from_slice(&out.write);
+    assert_eq!(p.frames().len(), 1);
+    // Credit used up: a FLOW echo with credit 0 asks for nothing more.
+    let mut zero = credit(1, 0, false);
+    zero.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(zero), &[]);
+    assert!(out.ops.is_empty(), "{:?}", out.ops);
+    // Three more credit while one is unsettled: one more subscription, for exactly three.
+    let mut three = credit(1, 3, false);
+    three.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(three), &[]);
+    let second = match &out.ops[..] {
+        [(ArrayOp::Subscribe { sub, prefetch: 3, .. }, None)] => *sub,
+        other => panic!("{other:?}"),
+    };
+    assert_ne!(first, second);
+    // Never past MaxUnsettledPerLink (8): 1 unsettled + 3 + 100 credit asks for 4 more.
+    let mut lots = credit(1, 100, false);
+    lots.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(lots), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { prefetch: 4, .. }, None)]), "{:?}", out.ops);
+    // A delivery on the second subscription settles through it.
+    let mut out = Out::default();
+    assert!(p.m.deliver_queue(second, &queue_msg(b"two"), 2, &mut out));
+    p.got.extend_from_slice(&out.write);
+    assert_eq!(p.frames().len(), 1);
+    let accepted =
+        Disposition { role: Role::Receiver, first: 1, last: None, settled: true, state: Some(DeliveryState::Accepted(Accepted {})), batchable: false };
+    let out = p.send(0, Performative::Disposition(accepted), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { sub, tags, action: Settle::Ack, .. }, None)] if *sub == second && tags == &vec![2]), "{:?}", out.ops);
+    // Detach ends every subscription: the array requeues the unsettled "one".
+    let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
+    assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })).count(), 3, "{:?}", out.ops);
 }
