@@ -6,14 +6,17 @@
 //! This first slice covers: protocol headers, SASL ANONYMOUS (authentication off) and PLAIN
 //! (the password is the JWT when `--auth-jwt-key` is on, checked by [`Host::authenticate`]),
 //! OPEN (max-frame-size = min(peer, ours), channel-max, idle time-out advertised as half of
-//! ours), BEGIN/END, ATTACH/DETACH judged by [`judge_attach`], link credit (FLOW, drain),
-//! TRANSFER (multi-frame, up to MaxMessageSize), DISPOSITION and CLOSE, for the Events and
-//! Queues patterns. Events deliveries are pre-settled and dropped without credit; queue
-//! deliveries wait in the link for credit, accepted/rejected → Ack, released/modified → Nack
-//! (requeue, receive count +1), and a detach or close gives back everything unsettled.
+//! ours), BEGIN/END, ATTACH/DETACH judged by [`judge_attach`] and authorized by the
+//! `--authz-file` rules (Read to receive, Write to send), link credit (FLOW, drain), TRANSFER
+//! (multi-frame, up to MaxMessageSize), DISPOSITION and CLOSE, for the Events, Events-Store
+//! and Queues patterns. Events deliveries are pre-settled and dropped without credit;
+//! Events-Store deliveries are pre-settled and wait for credit (start position from
+//! `x-opt-kubemq-start`); a queue link takes from the queue only what its credit allows
+//! (`fit_credit`), accepted/rejected → Ack, released/modified → Nack (requeue, receive count
+//! +1), and a detach or close gives back everything unsettled.
 //!
-//! Not yet: Events-Store, Commands/Queries (RPC, dynamic nodes, `responses/`), the anonymous
-//! sender, selectors, consumer groups, authorization checks, session-window enforcement,
+//! Not yet: Commands/Queries (RPC, dynamic nodes, `responses/`), the anonymous sender,
+//! selectors, consumer groups, durable Events-Store identities, session-window enforcement,
 //! EXTERNAL, and the idle time-out watchdog on our side (we advertise it; see `tick`).
 use super::address::{judge_attach, Attach as Judge, Node, NodeHint, PeerRole, Permission, ServerRole};
 use super::error::AmqpError;
@@ -398,7 +401,7 @@ impl Machine {
         };
         let node = match judged {
             Ok(plan) => match plan.node {
-                Node::Channel { pattern: p @ (Pattern::Events | Pattern::Queues), channel } => {
+                Node::Channel { pattern: p @ (Pattern::Events | Pattern::EventsStore | Pattern::Queues), channel } => {
                     // Seed 002's server-role table: a server sender (the peer reads) needs Read
                     // on the node, a server receiver (the peer writes) needs Write. Checked
                     // before anything reaches the array.
@@ -412,13 +415,21 @@ impl Machine {
                         _ => Ok((plan.server_role, p, channel)),
                     }
                 }
-                // Events-Store, RPC, responses/, dynamic and anonymous nodes: later slices.
+                // RPC, responses/, dynamic and anonymous nodes: later slices.
                 _ => Err(AmqpError::NotImplemented),
             },
             Err(e) => Err(e),
         };
+        // An Events-Store consumer's start position (§3.8), malformed → amqp:invalid-field.
+        let node = node.and_then(|(role, pattern, channel)| {
+            let start = match (role, pattern) {
+                (ServerRole::Sender, Pattern::EventsStore) => start_hint(&a, host.now_ns())?,
+                _ => StartAt::NewOnly,
+            };
+            Ok((role, pattern, channel, start))
+        });
         match node {
-            Ok((server_role, pattern, channel)) => self.open_link(ch, a, server_role, pattern, channel, out),
+            Ok((server_role, pattern, channel, start)) => self.open_link(ch, a, server_role, pattern, channel, start, out),
             Err(cond) => self.refuse_attach(ch, a, cond, out),
         }
     }
@@ -459,7 +470,8 @@ impl Machine {
         frame::write_amqp(&mut out.write, ch, &Performative::Detach(detach), &[]);
     }
 
-    fn open_link(&mut self, ch: u16, a: Attach, server_role: ServerRole, pattern: Pattern, channel: Channel, out: &mut Out) {
+    #[allow(clippy::too_many_arguments)]
+    fn open_link(&mut self, ch: u16, a: Attach, server_role: ServerRole, pattern: Pattern, channel: Channel, start: StartAt, out: &mut Out) {
         let handle = a.handle.0;
         let mut link = Link {
             role: server_role,
@@ -494,7 +506,7 @@ impl Machine {
                 self.next_sub += 1;
                 link.subs.push((sub, 0));
                 self.subs.insert(sub, (ch, handle));
-                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group: None, start: StartAt::NewOnly, prefetch: 0 }, None));
+                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group: None, start, prefetch: 0 }, None));
             }
             ServerRole::Receiver => {
                 link.granted = self.s.max_unsettled_per_link;
@@ -695,13 +707,32 @@ impl Machine {
         }
     }
 
-    /// An Events delivery: pre-settled, sent only with credit; false = dropped.
-    pub fn deliver_event(&mut self, sub: SubNo, msg: &Message, out: &mut Out) -> bool {
+    /// An Events or Events-Store delivery, pre-settled. Events: sent only with credit, else
+    /// dropped (false). Events-Store: waits in the link for credit, up to
+    /// MaxUnsettledPerLink; a link whose credit stays 0 until that fills is detached with
+    /// `amqp:resource-limit-exceeded` (§3.8) and the message is lost for it (false).
+    pub fn deliver_event(&mut self, sub: SubNo, msg: &Arc<Message>, out: &mut Out) -> bool {
         let max_frame = self.peer_max_frame as usize;
+        let max_waiting = self.s.max_unsettled_per_link as usize;
         let Some(&(ch, handle)) = self.subs.get(&sub) else { return false };
         let Some(sess) = self.sessions.get_mut(&ch) else { return false };
         let Some(link) = sess.links.get_mut(&handle) else { return false };
-        if link.credit == 0 || self.phase != Phase::Open {
+        if self.phase != Phase::Open {
+            return false;
+        }
+        if link.pattern == Pattern::EventsStore {
+            if link.pending.len() >= max_waiting {
+                let link = sess.links.remove(&handle).expect("looked up above");
+                let detach = Detach { handle: Handle(handle), closed: true, error: Some(error(AmqpError::ResourceLimitExceeded)) };
+                frame::write_amqp(&mut out.write, ch, &Performative::Detach(detach), &[]);
+                self.drop_link(link, out);
+                return false;
+            }
+            link.pending.push_back((Arc::clone(msg), sub, 0));
+            pump(sess, ch, handle, max_frame, out);
+            return true;
+        }
+        if link.credit == 0 {
             return false;
         }
         link.credit -= 1;
@@ -775,7 +806,8 @@ impl Machine {
     }
 }
 
-/// Sends the link's pending queue messages while it has credit.
+/// Sends the link's waiting messages while it has credit: queue messages unsettled (each
+/// remembered for its disposition), Events-Store messages pre-settled.
 fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) {
     loop {
         let Some(link) = sess.links.get_mut(&handle) else { return };
@@ -785,6 +817,10 @@ fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) 
         let Some((msg, sub, tag)) = link.pending.pop_front() else { return };
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
+        if link.pattern != Pattern::Queues {
+            send_message(sess, ch, handle, &msg, true, max_frame, out);
+            continue;
+        }
         link.unsettled += 1;
         let id = send_message(sess, ch, handle, &msg, false, max_frame, out);
         sess.unsettled.insert(id, (handle, sub, tag));
@@ -854,6 +890,20 @@ fn flip(role: Role) -> Role {
     match role {
         Role::Sender => Role::Receiver,
         Role::Receiver => Role::Sender,
+    }
+}
+
+/// The link property `x-opt-kubemq-start` of an Events-Store consumer (§3.8): `new-only`
+/// (or absent), `first`, `last`, `sequence:<n>`, `time:<RFC3339|unix seconds>`,
+/// `time-delta:<seconds>` — the vocabulary of STOMP's `x-kubemq-start`.
+fn start_hint(a: &Attach, now_ns: i64) -> Result<StartAt, AmqpError> {
+    use serde_amqp::Value;
+    let value = a.properties.as_ref().and_then(|p| p.iter().find(|(k, _)| k.0 == "x-opt-kubemq-start").map(|(_, v)| v));
+    match value {
+        None => Ok(StartAt::NewOnly),
+        Some(Value::String(v)) => crate::session::start::parse_start(v.as_bytes(), now_ns).ok_or(AmqpError::InvalidField),
+        Some(Value::Symbol(v)) => crate::session::start::parse_start(v.0.as_bytes(), now_ns).ok_or(AmqpError::InvalidField),
+        Some(_) => Err(AmqpError::InvalidField),
     }
 }
 

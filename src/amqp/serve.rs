@@ -93,7 +93,8 @@ impl Endpoint for AmqpConn {
     fn deliver_event(&self, core: &Rc<Core>, _pattern: Pattern, msg: &Arc<Message>, sub: SubNo, _ticket: Option<Ticket>) -> Delivery {
         let mut delivered = false;
         self.with_machine(core, |m, out| delivered = m.deliver_event(sub, msg, out));
-        // Without credit an event is lost for this link (§3.8), as a full buffer is on STOMP.
+        // Without credit an event is lost for this link (§3.8), as a full buffer is on STOMP;
+        // an Events-Store message waits for credit unless the link's window is full.
         if delivered {
             Delivery::Queued
         } else {

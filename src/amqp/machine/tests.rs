@@ -551,3 +551,81 @@ fn a_queue_link_takes_from_the_queue_only_what_its_credit_allows() {
     let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
     assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })).count(), 3, "{:?}", out.ops);
 }
+
+fn store_attach(handle: u32, start: Option<&str>) -> Attach {
+    let mut a = attach(handle, Role::Receiver, "events-store/audit");
+    a.properties = start.map(|s| {
+        let mut f = definitions::Fields::new();
+        f.insert(Symbol::from("x-opt-kubemq-start"), serde_amqp::Value::String(s.into()));
+        f
+    });
+    a
+}
+
+#[test]
+fn an_events_store_receiver_subscribes_from_its_start_hint() {
+    let mut p = Peer::opened(Settings::default());
+    for (handle, hint, want) in
+        [(1, None, StartAt::NewOnly), (2, Some("first"), StartAt::First), (3, Some("sequence:5"), StartAt::Sequence(5)), (4, Some("last"), StartAt::Last)]
+    {
+        let out = p.send(0, Performative::Attach(store_attach(handle, hint)), &[]);
+        match &out.ops[..] {
+            [(ArrayOp::Subscribe { pattern: Pattern::EventsStore, channel, start, .. }, None)] => {
+                assert_eq!(*channel, Channel::from_static("audit"));
+                assert_eq!(*start, want, "{hint:?}");
+            }
+            other => panic!("{hint:?}: {other:?}"),
+        }
+    }
+    p.performatives();
+    for bad in ["sequence:0", "yesterday", "time:soon"] {
+        let out = p.send(0, Performative::Attach(store_attach(9, Some(bad))), &[]);
+        assert!(out.ops.is_empty(), "{bad}: {:?}", out.ops);
+        assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:invalid-field"), "{bad}");
+        p.send(0, Performative::Detach(Detach { handle: Handle(9), closed: true, error: None }), &[]);
+    }
+}
+
+#[test]
+fn an_events_store_sender_publishes_to_the_store() {
+    let mut p = Peer::opened(Settings::default());
+    p.send(0, Performative::Attach(attach(0, Role::Sender, "events-store/audit")), &[]);
+    p.performatives();
+    let out = p.send(0, Performative::Transfer(transfer(0, 0, false, false)), &mapping::encode(b"m", b"stored", &Default::default()));
+    match &out.ops[..] {
+        [(ArrayOp::Publish { pattern: Pattern::EventsStore, msg }, Some(_))] => {
+            assert_eq!(msg.channel, Channel::from_static("audit"));
+            assert_eq!(&msg.body[..], b"stored");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn events_store_messages_wait_for_credit_until_the_window_is_full() {
+    let mut p = Peer::opened(Settings { max_unsettled_per_link: 2, ..Settings::default() });
+    let out = p.send(0, Performative::Attach(store_attach(1, Some("first"))), &[]);
+    let [(ArrayOp::Subscribe { sub, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    let sub = *sub;
+    p.performatives();
+    let mut out = Out::default();
+    assert!(p.m.deliver_event(sub, &queue_msg(b"s1"), &mut out));
+    assert!(p.m.deliver_event(sub, &queue_msg(b"s2"), &mut out));
+    assert!(out.write.is_empty(), "no credit: they wait");
+    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    let frames = p.frames();
+    match &frames[..] {
+        [Frame::Amqp { performative, payload, .. }] => {
+            assert!(matches!(&**performative, Performative::Transfer(t) if t.settled == Some(true)), "pre-settled");
+            assert_eq!(&mapping::decode(payload).unwrap().body[..], b"s1");
+        }
+        other => panic!("{other:?}"),
+    }
+    // s2 waits; two more fill and overflow the window of 2: detached, subscription ended.
+    let mut out = Out::default();
+    assert!(p.m.deliver_event(sub, &queue_msg(b"s3"), &mut out));
+    assert!(!p.m.deliver_event(sub, &queue_msg(b"s4"), &mut out));
+    assert!(matches!(&out.ops[..], [(ArrayOp::Unsubscribe { pattern: Pattern::EventsStore, .. }, None)]), "{:?}", out.ops);
+    p.got.extend_from_slice(&out.write);
+    assert!(matches!(&p.performatives()[..], [Performative::Detach(d)] if condition(&d.error) == "amqp:resource-limit-exceeded"));
+}
