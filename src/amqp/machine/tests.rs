@@ -3,11 +3,14 @@ use crate::amqp::frame::{write_amqp, write_sasl};
 use fe2o3_amqp_types::messaging::{Released, Source, Target};
 use fe2o3_amqp_types::sasl::SaslInit;
 
+/// An authorization rule: (client id, pattern, channel, access) → allowed.
+type Rule = fn(&[u8], Pattern, &[u8], Access) -> bool;
+
 #[derive(Clone, Copy)]
 struct TestHost {
     jwt_ok: &'static [u8],
-    /// Authorization on: the rule (client id, pattern, channel, access) → allowed.
-    rules: Option<fn(&[u8], Pattern, &[u8], Access) -> bool>,
+    /// Authorization on, with this rule.
+    rules: Option<Rule>,
 }
 
 impl Host for TestHost {
