@@ -6,19 +6,23 @@
 //! This first slice covers: protocol headers, SASL ANONYMOUS (authentication off) and PLAIN
 //! (the password is the JWT when `--auth-jwt-key` is on, checked by [`Host::authenticate`]),
 //! OPEN (max-frame-size = min(peer, ours), channel-max, idle time-out advertised as half of
-//! ours), BEGIN/END, ATTACH/DETACH judged by [`judge_attach`], link credit (FLOW, drain),
-//! TRANSFER (multi-frame, up to MaxMessageSize), DISPOSITION and CLOSE, for the Events and
-//! Queues patterns. Events deliveries are pre-settled and dropped without credit; queue
-//! deliveries wait in the link for credit, accepted/rejected → Ack, released/modified → Nack
-//! (requeue, receive count +1), and a detach or close gives back everything unsettled.
+//! ours), BEGIN/END, ATTACH/DETACH judged by [`judge_attach`] and authorized by the
+//! `--authz-file` rules (Read to receive, Write to send), link credit (FLOW, drain), TRANSFER
+//! (multi-frame, up to MaxMessageSize), DISPOSITION and CLOSE, for the Events, Events-Store
+//! and Queues patterns. Events deliveries are pre-settled and dropped without credit;
+//! Events-Store deliveries are pre-settled and wait for credit (start position from
+//! `x-opt-kubemq-start`); a queue link takes from the queue only what its credit allows
+//! (`fit_credit`), accepted/rejected → Ack, released/modified → Nack (requeue, receive count
+//! +1), and a detach or close gives back everything unsettled.
 //!
-//! Not yet: Events-Store, Commands/Queries (RPC, dynamic nodes, `responses/`), the anonymous
-//! sender, selectors, consumer groups, authorization checks, session-window enforcement,
+//! Not yet: Commands/Queries (RPC, dynamic nodes, `responses/`), the anonymous sender,
+//! selectors, consumer groups, durable Events-Store identities, session-window enforcement,
 //! EXTERNAL, and the idle time-out watchdog on our side (we advertise it; see `tick`).
-use super::address::{judge_attach, Attach as Judge, Node, NodeHint, PeerRole, ServerRole};
+use super::address::{judge_attach, Attach as Judge, Node, NodeHint, PeerRole, Permission, ServerRole};
 use super::error::AmqpError;
 use super::frame::{self, Frame, FrameDecoder, FrameError, ProtocolHeader, SaslBody};
 use super::mapping;
+use crate::auth::Access;
 use crate::mesh::msg::{Settle, StartAt, SubNo};
 use crate::mesh::op::ArrayOp;
 use crate::model::{Channel, Message, Pattern};
@@ -90,6 +94,9 @@ enum Phase {
 
 /// The session window we advertise: large and fixed (window enforcement is not done yet).
 const WINDOW: u32 = 1 << 20;
+/// Array subscriptions one queue link may open as its credit grows; past it the link waits for
+/// the ones it has to free up (a peer that raises its credit this often without settling).
+const MAX_SUBS_PER_LINK: usize = 16;
 /// Room kept in each outgoing frame for the TRANSFER performative itself.
 const TRANSFER_OVERHEAD: usize = 128;
 
@@ -97,12 +104,17 @@ struct Link {
     role: ServerRole,
     pattern: Pattern,
     channel: Channel,
-    sub: Option<SubNo>,
+    /// Sender side: the array subscriptions that feed this link, each with the prefetch it
+    /// was opened with. Events: one, opened at attach. Queues: opened as the peer grants
+    /// credit, so the array hands this link no more than its credit allows (`fit_credit`).
+    subs: Vec<(SubNo, u32)>,
     /// Sender side: credit left and deliveries sent (the link's delivery-count).
     credit: u32,
     delivery_count: u32,
-    /// Queue messages received from the array, waiting for credit: (message, tag).
-    pending: VecDeque<(Arc<Message>, u64)>,
+    /// Queue messages received from the array, waiting for credit: (message, sub, tag).
+    pending: VecDeque<(Arc<Message>, SubNo, u64)>,
+    /// Queue deliveries sent and not yet settled by the peer.
+    unsettled: u32,
     /// Receiver side: the message being assembled from `more` frames, its delivery id, and
     /// whether the peer sent it settled.
     partial: Option<(BytesMut, Option<u32>, bool)>,
@@ -116,15 +128,20 @@ struct Sess {
     next_incoming_id: u32,
     next_delivery_id: u32,
     links: AHashMap<u32, Link>,
-    /// Our unsettled queue deliveries by delivery id: (link handle, tag).
-    unsettled: BTreeMap<u32, (u32, u64)>,
+    /// Our unsettled queue deliveries by delivery id: (link handle, subscription, tag).
+    unsettled: BTreeMap<u32, (u32, SubNo, u64)>,
 }
 
 pub struct Machine {
     s: Settings,
     phase: Phase,
     decoder: FrameDecoder,
+    /// The identity authorization checks and messages carry: the JWT's client id (PLAIN,
+    /// authentication on), else the SASL username, else the OPEN container-id (sanitized),
+    /// else the connection's generated id (§3.4).
     client_id: Bytes,
+    /// Set once SASL named the identity; the container-id does not override it then.
+    identified: bool,
     peer_max_frame: u32,
     sessions: AHashMap<u16, Sess>,
     next_sub: u32,
@@ -142,6 +159,7 @@ impl Machine {
             phase: Phase::Header { sasl_done: false },
             decoder,
             client_id,
+            identified: false,
             peer_max_frame: frame::MIN_MAX_FRAME_SIZE,
             sessions: AHashMap::new(),
             next_sub: 1,
@@ -252,6 +270,7 @@ impl Machine {
                         Ok(id) => {
                             if let Some(id) = id {
                                 self.client_id = id;
+                                self.identified = true;
                             }
                             true
                         }
@@ -260,6 +279,7 @@ impl Machine {
                 } else {
                     if let Some(u) = user.filter(|u| !u.is_empty()) {
                         self.client_id = Bytes::copy_from_slice(u);
+                        self.identified = true;
                     }
                     true
                 }
@@ -276,6 +296,11 @@ impl Machine {
     }
 
     fn on_open(&mut self, open: Open, out: &mut Out) {
+        if !self.identified {
+            if let Some(id) = sanitized_client_id(&open.container_id) {
+                self.client_id = id;
+            }
+        }
         self.peer_max_frame = open.max_frame_size.0.clamp(frame::MIN_MAX_FRAME_SIZE, self.s.max_frame_size);
         let channel_max = open.channel_max.0.min(self.s.session_max.saturating_sub(1));
         let reply = Open {
@@ -297,7 +322,7 @@ impl Machine {
     fn on_performative(&mut self, ch: u16, p: Performative, payload: Bytes, host: &dyn Host, out: &mut Out) {
         match p {
             Performative::Begin(b) => self.on_begin(ch, b, out),
-            Performative::Attach(a) => self.on_attach(ch, a, out),
+            Performative::Attach(a) => self.on_attach(ch, a, host, out),
             Performative::Flow(f) => self.on_flow(ch, f, out),
             Performative::Transfer(t) => self.on_transfer(ch, t, payload, host, out),
             Performative::Disposition(d) => self.on_disposition(ch, d, out),
@@ -341,7 +366,7 @@ impl Machine {
         frame::write_amqp(&mut out.write, ch, &Performative::End(End { error: None }), &[]);
     }
 
-    fn on_attach(&mut self, ch: u16, a: Attach, out: &mut Out) {
+    fn on_attach(&mut self, ch: u16, a: Attach, host: &dyn Host, out: &mut Out) {
         let Some(sess) = self.sessions.get(&ch) else { return self.fail_connection(AmqpError::NotAllowed, out) };
         let handle = a.handle.0;
         if sess.links.contains_key(&handle) {
@@ -376,16 +401,51 @@ impl Machine {
         };
         let node = match judged {
             Ok(plan) => match plan.node {
-                Node::Channel { pattern: p @ (Pattern::Events | Pattern::Queues), channel } => Ok((plan.server_role, p, channel)),
-                // Events-Store, RPC, responses/, dynamic and anonymous nodes: later slices.
+                Node::Channel { pattern: p @ (Pattern::Events | Pattern::EventsStore | Pattern::Queues), channel } => {
+                    // Seed 002's server-role table: a server sender (the peer reads) needs Read
+                    // on the node, a server receiver (the peer writes) needs Write. Checked
+                    // before anything reaches the array.
+                    let access = match plan.permission {
+                        Permission::Read => Some(Access::Read),
+                        Permission::Write => Some(Access::Write),
+                        Permission::WritePerMessage | Permission::None => None,
+                    };
+                    match access {
+                        Some(access) if !self.allowed(host, p, &channel, access) => Err(AmqpError::UnauthorizedAccess),
+                        _ => Ok((plan.server_role, p, channel)),
+                    }
+                }
+                // RPC, responses/, dynamic and anonymous nodes: later slices.
                 _ => Err(AmqpError::NotImplemented),
             },
             Err(e) => Err(e),
         };
+        // An Events-Store consumer's start position (§3.8), malformed → amqp:invalid-field.
+        let node = node.and_then(|(role, pattern, channel)| {
+            let start = match (role, pattern) {
+                (ServerRole::Sender, Pattern::EventsStore) => start_hint(&a, host.now_ns())?,
+                _ => StartAt::NewOnly,
+            };
+            Ok((role, pattern, channel, start))
+        });
         match node {
-            Ok((server_role, pattern, channel)) => self.open_link(ch, a, server_role, pattern, channel, out),
+            Ok((server_role, pattern, channel, start)) => self.open_link(ch, a, server_role, pattern, channel, start, out),
             Err(cond) => self.refuse_attach(ch, a, cond, out),
         }
+    }
+
+    /// Whether this connection's identity may do `access` on (`pattern`, `channel`) under the
+    /// `--authz-file` rules (always, with authorization off). Asked once per ATTACH, so no
+    /// decision cache; a denial is counted and audited under transport `amqp10`.
+    fn allowed(&self, host: &dyn Host, pattern: Pattern, channel: &Channel, access: Access) -> bool {
+        if host.authz_generation().is_none() {
+            return true;
+        }
+        let allowed = host.authorize(&self.client_id, pattern, &channel.0, access);
+        if !allowed {
+            crate::telemetry::authz_denial("amqp10");
+        }
+        allowed
     }
 
     /// The refusal the spec asks for: an ATTACH with a null terminus on our side, then a
@@ -410,16 +470,18 @@ impl Machine {
         frame::write_amqp(&mut out.write, ch, &Performative::Detach(detach), &[]);
     }
 
-    fn open_link(&mut self, ch: u16, a: Attach, server_role: ServerRole, pattern: Pattern, channel: Channel, out: &mut Out) {
+    #[allow(clippy::too_many_arguments)]
+    fn open_link(&mut self, ch: u16, a: Attach, server_role: ServerRole, pattern: Pattern, channel: Channel, start: StartAt, out: &mut Out) {
         let handle = a.handle.0;
         let mut link = Link {
             role: server_role,
             pattern,
             channel: channel.clone(),
-            sub: None,
+            subs: Vec::new(),
             credit: 0,
             delivery_count: 0,
             pending: VecDeque::new(),
+            unsettled: 0,
             partial: None,
             granted: 0,
         };
@@ -436,13 +498,15 @@ impl Machine {
         };
         frame::write_amqp(&mut out.write, ch, &Performative::Attach(reply), &[]);
         match server_role {
+            // A queue link subscribes once the peer grants credit (`fit_credit`): the array
+            // must not hand it messages it has no credit for.
+            ServerRole::Sender if pattern == Pattern::Queues => {}
             ServerRole::Sender => {
                 let sub = SubNo(self.next_sub);
                 self.next_sub += 1;
-                link.sub = Some(sub);
+                link.subs.push((sub, 0));
                 self.subs.insert(sub, (ch, handle));
-                let prefetch = if pattern == Pattern::Queues { self.s.max_unsettled_per_link } else { 0 };
-                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group: None, start: StartAt::NewOnly, prefetch }, None));
+                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group: None, start, prefetch: 0 }, None));
             }
             ServerRole::Receiver => {
                 link.granted = self.s.max_unsettled_per_link;
@@ -463,17 +527,51 @@ impl Machine {
         // on our side: the client's DETACH completes it and must not be answered again
         // (proton waits forever on the extra one).
         let Some(link) = sess.links.remove(&d.handle.0) else { return };
-        sess.unsettled.retain(|_, (h, _)| *h != d.handle.0);
+        sess.unsettled.retain(|_, (h, _, _)| *h != d.handle.0);
         self.drop_link(link, out);
         frame::write_amqp(&mut out.write, ch, &Performative::Detach(Detach { handle: d.handle, closed: true, error: None }), &[]);
     }
 
-    /// Ends a link's subscription; the array gives back what it held unacknowledged.
+    /// Ends a link's subscriptions; the array gives back what they held unacknowledged
+    /// (sent and unsettled, or still waiting here for credit).
     fn drop_link(&mut self, link: Link, out: &mut Out) {
-        if let Some(sub) = link.sub {
+        for (sub, _) in link.subs {
             self.subs.remove(&sub);
-            out.ops.push((ArrayOp::Unsubscribe { sub, pattern: link.pattern, channel: link.channel, wildcard: false }, None));
+            out.ops.push((ArrayOp::Unsubscribe { sub, pattern: link.pattern, channel: link.channel.clone(), wildcard: false }, None));
         }
+    }
+
+    /// A queue link's credit changed: opens one more array subscription if what the array
+    /// may hand this link (the prefetch of its subscriptions) is less than what the peer
+    /// allows (unsettled + waiting + credit, at most MaxUnsettledPerLink). The array never
+    /// gives a subscription more than its prefetch unsettled, so a peer that grants credit 1
+    /// and never settles holds one message, and the queue's other consumers get the rest.
+    fn fit_credit(&mut self, ch: u16, handle: u32, out: &mut Out) {
+        let max = self.s.max_unsettled_per_link;
+        let Some(link) = self.sessions.get_mut(&ch).and_then(|s| s.links.get_mut(&handle)) else { return };
+        if link.pattern != Pattern::Queues || link.role != ServerRole::Sender || link.subs.len() >= MAX_SUBS_PER_LINK {
+            return;
+        }
+        let allowed = (link.unsettled as u64 + link.pending.len() as u64 + link.credit as u64).min(max as u64) as u32;
+        let have: u32 = link.subs.iter().map(|(_, p)| *p).sum();
+        if allowed <= have {
+            return;
+        }
+        let sub = SubNo(self.next_sub);
+        self.next_sub += 1;
+        let prefetch = allowed - have;
+        link.subs.push((sub, prefetch));
+        self.subs.insert(sub, (ch, handle));
+        let op = ArrayOp::Subscribe {
+            sub,
+            pattern: Pattern::Queues,
+            channel: link.channel.clone(),
+            wildcard: false,
+            group: None,
+            start: StartAt::NewOnly,
+            prefetch,
+        };
+        out.ops.push((op, None));
     }
 
     fn on_flow(&mut self, ch: u16, f: Flow, out: &mut Out) {
@@ -505,6 +603,7 @@ impl Machine {
             let flow = link_flow(sess, handle, dc, cr, false);
             frame::write_amqp(&mut out.write, ch, &Performative::Flow(flow), &[]);
         }
+        self.fit_credit(ch, handle, out);
     }
 
     fn on_transfer(&mut self, ch: u16, t: Transfer, payload: Bytes, host: &dyn Host, out: &mut Out) {
@@ -594,28 +693,46 @@ impl Machine {
         };
         // At most 65536 ids per frame (§3.7): a crafted range cannot make us scan forever.
         let ids: Vec<u32> = sess.unsettled.range(d.first..=last.max(d.first)).take(65_536).map(|(id, _)| *id).collect();
-        let mut by_link: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        let mut by_sub: BTreeMap<(u32, u32), Vec<u64>> = BTreeMap::new();
         for id in ids {
-            if let Some((handle, tag)) = sess.unsettled.remove(&id) {
-                by_link.entry(handle).or_default().push(tag);
+            if let Some((handle, sub, tag)) = sess.unsettled.remove(&id) {
+                by_sub.entry((handle, sub.0)).or_default().push(tag);
             }
         }
-        for (handle, tags) in by_link {
-            if let Some(link) = sess.links.get(&handle) {
-                if let Some(sub) = link.sub {
-                    out.ops.push((ArrayOp::Settle { sub, channel: link.channel.clone(), tags, action: action.clone() }, None));
-                }
+        for ((handle, sub), tags) in by_sub {
+            if let Some(link) = sess.links.get_mut(&handle) {
+                link.unsettled = link.unsettled.saturating_sub(tags.len() as u32);
+                out.ops.push((ArrayOp::Settle { sub: SubNo(sub), channel: link.channel.clone(), tags, action: action.clone() }, None));
             }
         }
     }
 
-    /// An Events delivery: pre-settled, sent only with credit; false = dropped.
-    pub fn deliver_event(&mut self, sub: SubNo, msg: &Message, out: &mut Out) -> bool {
+    /// An Events or Events-Store delivery, pre-settled. Events: sent only with credit, else
+    /// dropped (false). Events-Store: waits in the link for credit, up to
+    /// MaxUnsettledPerLink; a link whose credit stays 0 until that fills is detached with
+    /// `amqp:resource-limit-exceeded` (§3.8) and the message is lost for it (false).
+    pub fn deliver_event(&mut self, sub: SubNo, msg: &Arc<Message>, out: &mut Out) -> bool {
         let max_frame = self.peer_max_frame as usize;
+        let max_waiting = self.s.max_unsettled_per_link as usize;
         let Some(&(ch, handle)) = self.subs.get(&sub) else { return false };
         let Some(sess) = self.sessions.get_mut(&ch) else { return false };
         let Some(link) = sess.links.get_mut(&handle) else { return false };
-        if link.credit == 0 || self.phase != Phase::Open {
+        if self.phase != Phase::Open {
+            return false;
+        }
+        if link.pattern == Pattern::EventsStore {
+            if link.pending.len() >= max_waiting {
+                let link = sess.links.remove(&handle).expect("looked up above");
+                let detach = Detach { handle: Handle(handle), closed: true, error: Some(error(AmqpError::ResourceLimitExceeded)) };
+                frame::write_amqp(&mut out.write, ch, &Performative::Detach(detach), &[]);
+                self.drop_link(link, out);
+                return false;
+            }
+            link.pending.push_back((Arc::clone(msg), sub, 0));
+            pump(sess, ch, handle, max_frame, out);
+            return true;
+        }
+        if link.credit == 0 {
             return false;
         }
         link.credit -= 1;
@@ -633,7 +750,7 @@ impl Machine {
         if self.phase != Phase::Open {
             return false;
         }
-        link.pending.push_back((Arc::clone(msg), tag));
+        link.pending.push_back((Arc::clone(msg), sub, tag));
         pump(sess, ch, handle, max_frame, out);
         true
     }
@@ -689,18 +806,24 @@ impl Machine {
     }
 }
 
-/// Sends the link's pending queue messages while it has credit.
+/// Sends the link's waiting messages while it has credit: queue messages unsettled (each
+/// remembered for its disposition), Events-Store messages pre-settled.
 fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) {
     loop {
         let Some(link) = sess.links.get_mut(&handle) else { return };
         if link.credit == 0 {
             return;
         }
-        let Some((msg, tag)) = link.pending.pop_front() else { return };
+        let Some((msg, sub, tag)) = link.pending.pop_front() else { return };
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
+        if link.pattern != Pattern::Queues {
+            send_message(sess, ch, handle, &msg, true, max_frame, out);
+            continue;
+        }
+        link.unsettled += 1;
         let id = send_message(sess, ch, handle, &msg, false, max_frame, out);
-        sess.unsettled.insert(id, (handle, tag));
+        sess.unsettled.insert(id, (handle, sub, tag));
     }
 }
 
@@ -768,6 +891,27 @@ fn flip(role: Role) -> Role {
         Role::Sender => Role::Receiver,
         Role::Receiver => Role::Sender,
     }
+}
+
+/// The link property `x-opt-kubemq-start` of an Events-Store consumer (§3.8): `new-only`
+/// (or absent), `first`, `last`, `sequence:<n>`, `time:<RFC3339|unix seconds>`,
+/// `time-delta:<seconds>` — the vocabulary of STOMP's `x-kubemq-start`.
+fn start_hint(a: &Attach, now_ns: i64) -> Result<StartAt, AmqpError> {
+    use serde_amqp::Value;
+    let value = a.properties.as_ref().and_then(|p| p.iter().find(|(k, _)| k.0 == "x-opt-kubemq-start").map(|(_, v)| v));
+    match value {
+        None => Ok(StartAt::NewOnly),
+        Some(Value::String(v)) => crate::session::start::parse_start(v.as_bytes(), now_ns).ok_or(AmqpError::InvalidField),
+        Some(Value::Symbol(v)) => crate::session::start::parse_start(v.0.as_bytes(), now_ns).ok_or(AmqpError::InvalidField),
+        Some(_) => Err(AmqpError::InvalidField),
+    }
+}
+
+/// A container-id as a client id (§3.4): only `[a-zA-Z0-9_-]` kept, at most 256 bytes;
+/// `None` when nothing is left.
+fn sanitized_client_id(container_id: &str) -> Option<Bytes> {
+    let id: String = container_id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(256).collect();
+    (!id.is_empty()).then(|| Bytes::from(id))
 }
 
 /// An error of the closed set, with its fixed description.

@@ -51,6 +51,19 @@ impl Host for CoreHost<'_> {
     fn authenticate(&self, login: Option<&[u8]>, passcode: Option<&[u8]>) -> Result<Option<Bytes>, crate::auth::Denied> {
         self.0.cfg.auth.authenticate_passcode("amqp10", login, passcode, self.1, "no password")
     }
+    fn authz_generation(&self) -> Option<u64> {
+        self.0.cfg.auth.authz.as_ref().map(|a| a.generation())
+    }
+    /// The `--authz-file` rules, with the same audit line as STOMP's (transport `amqp10`).
+    fn authorize(&self, client_id: &[u8], pattern: Pattern, channel: &[u8], access: crate::auth::Access) -> bool {
+        let Some(authz) = &self.0.cfg.auth.authz else { return true };
+        let (client_id, channel) = (String::from_utf8_lossy(client_id), String::from_utf8_lossy(channel));
+        let allowed = authz.allows(&client_id, pattern, &channel, access);
+        if !allowed {
+            tracing::info!(target: "stompgate::audit", event = "authz.denied", transport = "amqp10", client_id = %client_id, ?pattern, channel = %channel, ?access, "access denied");
+        }
+        allowed
+    }
 }
 
 impl AmqpConn {
@@ -80,7 +93,8 @@ impl Endpoint for AmqpConn {
     fn deliver_event(&self, core: &Rc<Core>, _pattern: Pattern, msg: &Arc<Message>, sub: SubNo, _ticket: Option<Ticket>) -> Delivery {
         let mut delivered = false;
         self.with_machine(core, |m, out| delivered = m.deliver_event(sub, msg, out));
-        // Without credit an event is lost for this link (§3.8), as a full buffer is on STOMP.
+        // Without credit an event is lost for this link (§3.8), as a full buffer is on STOMP;
+        // an Events-Store message waits for credit unless the link's window is full.
         if delivered {
             Delivery::Queued
         } else {

@@ -147,3 +147,99 @@ def test_a_crafted_huge_frame_size_closes_the_connection_and_the_gateway_serves_
         c.close()
     stomp = Client(amqp_gw.port)
     stomp.close()
+
+
+@pytest.fixture(scope="module")
+def long_ack_gw():
+    """An AMQP gateway whose queue ack timeout (600 s) cannot requeue a held message while a
+    test runs: what a consumer holds unsettled stays with it until it settles or detaches."""
+    port = free_port()
+    gw = start_gateway(["--amqp-addr", f"{HOST}:{port}", "--queue-ack-timeout-s", "600"])
+    gw.amqp_port = port
+    yield gw
+    stop_gateway(gw)
+
+
+def test_a_queue_receiver_takes_only_what_its_credit_allows(long_ack_gw):
+    """Two consumers on one queue: one grants credit 1 once and never settles, so it holds one
+    message and the other consumer gets every other one; detaching the first gives its
+    unsettled message back to the queue, and the other consumer gets that too."""
+    addr = f"queues/{uniq()}"
+    bodies = [f"m{i}".encode() for i in range(10)]
+    c = connect(long_ack_gw)
+    try:
+        s = c.create_sender(addr)
+        for b in bodies:
+            s.send(Message(body=b))  # each accepted once the queue holds it
+        # credit=0: no prefetch window that proton would top up after each delivery; receive()
+        # then grants exactly one credit (it flows 1 only while the link has none).
+        stingy = c.create_receiver(addr, credit=0, name="stingy")
+        held = body_of(stingy.receive(timeout=TIMEOUT))  # never settled
+        other = c.create_receiver(addr, credit=20, name="other")
+        got = []
+        for _ in range(len(bodies) - 1):
+            got.append(body_of(other.receive(timeout=TIMEOUT)))
+            other.accept()
+        assert sorted(got + [held]) == sorted(bodies), (held, got)
+        stingy.close()  # detach: its unsettled message goes back to the queue
+        again = body_of(other.receive(timeout=TIMEOUT))
+        other.accept()
+        assert again == held
+    finally:
+        c.close()
+
+
+class _LinkProperties:
+    """A proton link option that sets the ATTACH's link properties."""
+
+    def __init__(self, props):
+        self.props = props
+
+    def apply(self, link):
+        link.properties = self.props
+
+    def test(self, link):
+        return True
+
+
+def _store_receiver(c, addr, start, name):
+    from proton import symbol
+    return c.create_receiver(addr, credit=50, name=name, options=_LinkProperties({symbol("x-opt-kubemq-start"): start}))
+
+
+def test_events_store_publish_and_start_positions_match_a_stomp_subscriber(amqp_gw):
+    u = uniq()
+    c = connect(amqp_gw)
+    stomp = Client(amqp_gw.port)
+    try:
+        s = c.create_sender(f"events-store/{u}")
+        for i in range(1, 4):
+            s.send(Message(body=f"e{i}".encode()))  # accepted once stored
+        # AMQP consumers with start hints.
+        expected = {"first": [b"e1", b"e2", b"e3"], "last": [b"e3"], "sequence:2": [b"e2", b"e3"]}
+        for start, want in expected.items():
+            r = _store_receiver(c, f"events-store/{u}", start, name=f"r-{start}")
+            got = [body_of(r.receive(timeout=TIMEOUT)) for _ in want]
+            assert got == want, (start, got)
+        # The same channel from STOMP, with the same start position.
+        sid = stomp.subscribe(f"/topic-store/{u}", headers={"x-kubemq-start": "first"})
+        msgs = stomp.wait_messages(3, sid)
+        assert [m.body for m in msgs] == expected["first"]
+        # STOMP -> AMQP: a STOMP SEND to the store reaches a new-only AMQP consumer.
+        live = _store_receiver(c, f"events-store/{u}", "new-only", name="r-live")
+        got = None
+        for i in range(20):  # the subscription goes live asynchronously after ATTACH
+            stomp.send(f"/topic-store/{u}", f"s{i}".encode(), receipt=True)
+            try:
+                got = body_of(live.receive(timeout=0.5))
+                break
+            except Timeout:
+                continue
+        assert got is not None and got.startswith(b"s"), got
+        # A malformed start position is refused with amqp:invalid-field.
+        with pytest.raises(LinkDetached) as bad:
+            _store_receiver(c, f"events-store/{u}", "sequence:zero", name="r-bad")
+        assert "amqp:invalid-field" in str(bad.value), str(bad.value)
+    finally:
+        c.close()
+        stomp.close()

@@ -3,8 +3,14 @@ use crate::amqp::frame::{write_amqp, write_sasl};
 use fe2o3_amqp_types::messaging::{Released, Source, Target};
 use fe2o3_amqp_types::sasl::SaslInit;
 
+/// An authorization rule: (client id, pattern, channel, access) → allowed.
+type Rule = fn(&[u8], Pattern, &[u8], Access) -> bool;
+
+#[derive(Clone, Copy)]
 struct TestHost {
     jwt_ok: &'static [u8],
+    /// Authorization on, with this rule.
+    rules: Option<Rule>,
 }
 
 impl Host for TestHost {
@@ -24,25 +30,33 @@ impl Host for TestHost {
             Err(crate::auth::Denied)
         }
     }
+    fn authz_generation(&self) -> Option<u64> {
+        self.rules.map(|_| 1)
+    }
+    fn authorize(&self, client_id: &[u8], pattern: Pattern, channel: &[u8], access: Access) -> bool {
+        self.rules.is_none_or(|r| r(client_id, pattern, channel, access))
+    }
 }
 
-const HOST: TestHost = TestHost { jwt_ok: b"good-token" };
+const HOST: TestHost = TestHost { jwt_ok: b"good-token", rules: None };
 
 /// A peer driving a machine: writes client frames, reads back the server's.
 struct Peer {
     m: Machine,
     dec: FrameDecoder,
     got: BytesMut,
+    host: TestHost,
 }
 
 impl Peer {
     fn new(s: Settings) -> Peer {
-        Peer { m: Machine::new(s, Bytes::from_static(b"c")), dec: FrameDecoder::new(1 << 20), got: BytesMut::new() }
+        Peer { m: Machine::new(s, Bytes::from_static(b"c")), dec: FrameDecoder::new(1 << 20), got: BytesMut::new(), host: HOST }
     }
     fn feed(&mut self, bytes: &[u8]) -> Out {
         let mut out = Out::default();
         let mut buf = BytesMut::from(bytes);
-        self.m.feed(&mut buf, &HOST, &mut out);
+        let host = self.host;
+        self.m.feed(&mut buf, &host, &mut out);
         self.got.extend_from_slice(&out.write);
         out
     }
@@ -74,7 +88,11 @@ impl Peer {
     }
     /// AMQP header, OPEN, BEGIN on channel 0: an open session.
     fn opened(s: Settings) -> Peer {
+        Peer::opened_with(s, HOST)
+    }
+    fn opened_with(s: Settings, host: TestHost) -> Peer {
         let mut p = Peer::new(s);
+        p.host = host;
         p.feed(&frame::AMQP_HEADER);
         assert_eq!(p.take_header(), frame::AMQP_HEADER);
         p.send(0, Performative::Open(open(65536, 30_000)), &[]);
@@ -313,19 +331,22 @@ fn a_multi_frame_transfer_is_joined_and_one_over_max_message_size_detaches() {
 fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them() {
     let mut p = Peer::opened(Settings::default());
     let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
+    assert!(out.ops.is_empty(), "no credit yet: nothing asked of the queue: {:?}", out.ops);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(a)] if a.role == Role::Sender));
+    let out = p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
     let sub = match &out.ops[..] {
-        [(ArrayOp::Subscribe { sub, pattern: Pattern::Queues, channel, .. }, None)] => {
+        [(ArrayOp::Subscribe { sub, pattern: Pattern::Queues, channel, prefetch: 2, .. }, None)] => {
             assert_eq!(*channel, Channel::from_static("q"));
             *sub
         }
         other => panic!("{other:?}"),
     };
-    assert!(matches!(&p.performatives()[..], [Performative::Attach(a)] if a.role == Role::Sender));
+    // The peer lowers its credit to 1 before anything arrived (credit is the latest FLOW's).
+    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
     let mut out = Out::default();
     assert!(p.m.deliver_queue(sub, &queue_msg(b"one"), 11, &mut out));
     assert!(p.m.deliver_queue(sub, &queue_msg(b"two"), 12, &mut out));
-    assert!(out.write.is_empty(), "no credit, nothing sent");
-    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    p.got.extend_from_slice(&out.write);
     let frames = p.frames();
     assert_eq!(frames.len(), 1, "one credit, one message");
     match &frames[0] {
@@ -338,8 +359,9 @@ fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them(
     let settle = |state| Disposition { role: Role::Receiver, first: 0, last: None, settled: true, state: Some(state), batchable: false };
     let out = p.send(0, Performative::Disposition(settle(DeliveryState::Accepted(Accepted {}))), &[]);
     assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Ack, .. }, None)] if tags == &vec![11]));
-    p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
-    assert_eq!(p.frames().len(), 1);
+    let out = p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
+    assert_eq!(p.frames().len(), 1, "the waiting message goes out");
+    assert!(out.ops.is_empty(), "the prefetch of 2 still covers what the peer allows: {:?}", out.ops);
     let released = Disposition { first: 1, ..settle(DeliveryState::Released(Released {})) };
     let out = p.send(0, Performative::Disposition(released), &[]);
     assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Nack, .. }, None)] if tags == &vec![12]));
@@ -397,9 +419,216 @@ fn close_releases_every_link_and_is_answered() {
     let mut p = Peer::opened(Settings::default());
     p.send(0, Performative::Attach(attach(0, Role::Receiver, "queues/a")), &[]);
     p.send(0, Performative::Attach(attach(1, Role::Receiver, "events/b")), &[]);
+    // The queue link subscribes with its first credit.
+    p.send(0, Performative::Flow(credit(0, 1, false)), &[]);
     p.performatives();
     let out = p.send(0, Performative::Close(Close { error: None }), &[]);
     assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })).count(), 2);
     assert!(out.close);
     assert!(matches!(&p.performatives()[..], [Performative::Close(_)]));
+}
+
+/// The rules of the authorization tests: client `client` (the OPEN container-id) may read
+/// queue `readable` and write queue `writable`; nothing else.
+fn ruled(client_id: &[u8], pattern: Pattern, channel: &[u8], access: Access) -> bool {
+    client_id == b"client" && pattern == Pattern::Queues && matches!((channel, access), (b"readable", Access::Read) | (b"writable", Access::Write))
+}
+
+#[test]
+fn the_open_container_id_is_the_identity_without_a_sasl_name() {
+    let p = Peer::opened(Settings::default());
+    assert_eq!(p.m.client_id, Bytes::from_static(b"client"));
+    assert_eq!(sanitized_client_id("a b/c:d_e-f"), Some(Bytes::from_static(b"abcd_e-f")));
+    assert_eq!(sanitized_client_id("::"), None);
+    assert_eq!(sanitized_client_id(&"x".repeat(300)).map(|b| b.len()), Some(256));
+}
+
+#[test]
+fn an_attach_needs_read_to_receive_and_write_to_send_under_the_rules() {
+    let host = TestHost { rules: Some(ruled), ..HOST };
+    let mut p = Peer::opened_with(Settings::default(), host);
+    // Allowed: a receiver on the readable queue, a sender on the writable one.
+    p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/readable")), &[]);
+    let out = p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { .. }, None)]), "{:?}", out.ops);
+    let out = p.send(0, Performative::Attach(attach(2, Role::Sender, "queues/writable")), &[]);
+    assert!(out.ops.is_empty());
+    match &p.performatives()[..] {
+        [Performative::Attach(r), Performative::Attach(s), Performative::Flow(_)] => assert!(r.source.is_some() && s.target.is_some()),
+        other => panic!("{other:?}"),
+    }
+    // Denied: the other direction on each, and a channel no rule names.
+    for (handle, role, address) in [(3, Role::Receiver, "queues/writable"), (4, Role::Receiver, "events/readable"), (5, Role::Sender, "queues/readable")] {
+        let out = p.send(0, Performative::Attach(attach(handle, role.clone(), address)), &[]);
+        assert!(out.ops.is_empty(), "nothing reaches the array for {address}: {:?}", out.ops);
+        match &p.performatives()[..] {
+            [Performative::Attach(a), Performative::Detach(d)] => {
+                if role == Role::Receiver {
+                    assert!(a.source.is_none(), "the refused terminus is null");
+                } else {
+                    assert!(a.target.is_none(), "the refused terminus is null");
+                }
+                assert_eq!(condition(&d.error), "amqp:unauthorized-access");
+                let text = d.error.as_ref().and_then(|e| e.description.clone()).unwrap_or_default();
+                assert!(!text.contains("readable") && !text.contains("writable"), "sanitized: {text}");
+            }
+            other => panic!("{address}: {other:?}"),
+        }
+        // A transfer on the refused link (the last case) is not published either.
+        if role == Role::Sender {
+            let out = p.send(0, Performative::Transfer(transfer(handle, 0, false, false)), &mapping::encode(b"m", b"x", &Default::default()));
+            // (The unknown handle ends the session: its allowed links are unsubscribed.)
+            assert!(!out.ops.iter().any(|(op, _)| matches!(op, ArrayOp::QueueSend { .. } | ArrayOp::Publish { .. })), "{:?}", out.ops);
+        }
+    }
+}
+
+#[test]
+fn a_jwt_identity_is_the_one_the_rules_see() {
+    // The token's client id (alice) replaces the container-id (client), so `ruled` denies.
+    let host = TestHost { rules: Some(ruled), ..HOST };
+    let mut p = Peer::new(Settings { auth_required: true, ..Settings::default() });
+    p.host = host;
+    p.feed(&frame::SASL_HEADER);
+    p.take_header();
+    p.frames();
+    let mut b = BytesMut::new();
+    write_sasl(&mut b, &SaslInit { mechanism: Symbol::from("PLAIN"), initial_response: Some(Binary::from(b"\0u\0good-token".to_vec())), hostname: None });
+    p.feed(&b);
+    p.frames();
+    p.feed(&frame::AMQP_HEADER);
+    p.take_header();
+    p.send(0, Performative::Open(open(65536, 30_000)), &[]);
+    p.send(0, Performative::Begin(begin()), &[]);
+    p.performatives();
+    assert_eq!(p.m.client_id, Bytes::from_static(b"alice"));
+    let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/readable")), &[]);
+    assert!(out.ops.is_empty());
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:unauthorized-access"));
+}
+
+#[test]
+fn a_queue_link_takes_from_the_queue_only_what_its_credit_allows() {
+    let mut p = Peer::opened(Settings { max_unsettled_per_link: 8, ..Settings::default() });
+    p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
+    p.performatives();
+    // Credit 1, never settled: the array may hand this link one message, no more.
+    let out = p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    let first = match &out.ops[..] {
+        [(ArrayOp::Subscribe { sub, prefetch: 1, .. }, None)] => *sub,
+        other => panic!("{other:?}"),
+    };
+    let mut out = Out::default();
+    assert!(p.m.deliver_queue(first, &queue_msg(b"one"), 1, &mut out));
+    p.got.extend_from_slice(&out.write);
+    assert_eq!(p.frames().len(), 1);
+    // Credit used up: a FLOW echo with credit 0 asks for nothing more.
+    let mut zero = credit(1, 0, false);
+    zero.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(zero), &[]);
+    assert!(out.ops.is_empty(), "{:?}", out.ops);
+    // Three more credit while one is unsettled: one more subscription, for exactly three.
+    let mut three = credit(1, 3, false);
+    three.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(three), &[]);
+    let second = match &out.ops[..] {
+        [(ArrayOp::Subscribe { sub, prefetch: 3, .. }, None)] => *sub,
+        other => panic!("{other:?}"),
+    };
+    assert_ne!(first, second);
+    // Never past MaxUnsettledPerLink (8): 1 unsettled + 3 + 100 credit asks for 4 more.
+    let mut lots = credit(1, 100, false);
+    lots.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(lots), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { prefetch: 4, .. }, None)]), "{:?}", out.ops);
+    // A delivery on the second subscription settles through it.
+    let mut out = Out::default();
+    assert!(p.m.deliver_queue(second, &queue_msg(b"two"), 2, &mut out));
+    p.got.extend_from_slice(&out.write);
+    assert_eq!(p.frames().len(), 1);
+    let accepted =
+        Disposition { role: Role::Receiver, first: 1, last: None, settled: true, state: Some(DeliveryState::Accepted(Accepted {})), batchable: false };
+    let out = p.send(0, Performative::Disposition(accepted), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { sub, tags, action: Settle::Ack, .. }, None)] if *sub == second && tags == &vec![2]), "{:?}", out.ops);
+    // Detach ends every subscription: the array requeues the unsettled "one".
+    let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
+    assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })).count(), 3, "{:?}", out.ops);
+}
+
+fn store_attach(handle: u32, start: Option<&str>) -> Attach {
+    let mut a = attach(handle, Role::Receiver, "events-store/audit");
+    a.properties = start.map(|s| {
+        let mut f = definitions::Fields::new();
+        f.insert(Symbol::from("x-opt-kubemq-start"), serde_amqp::Value::String(s.into()));
+        f
+    });
+    a
+}
+
+#[test]
+fn an_events_store_receiver_subscribes_from_its_start_hint() {
+    let mut p = Peer::opened(Settings::default());
+    for (handle, hint, want) in
+        [(1, None, StartAt::NewOnly), (2, Some("first"), StartAt::First), (3, Some("sequence:5"), StartAt::Sequence(5)), (4, Some("last"), StartAt::Last)]
+    {
+        let out = p.send(0, Performative::Attach(store_attach(handle, hint)), &[]);
+        match &out.ops[..] {
+            [(ArrayOp::Subscribe { pattern: Pattern::EventsStore, channel, start, .. }, None)] => {
+                assert_eq!(*channel, Channel::from_static("audit"));
+                assert_eq!(*start, want, "{hint:?}");
+            }
+            other => panic!("{hint:?}: {other:?}"),
+        }
+    }
+    p.performatives();
+    for bad in ["sequence:0", "yesterday", "time:soon"] {
+        let out = p.send(0, Performative::Attach(store_attach(9, Some(bad))), &[]);
+        assert!(out.ops.is_empty(), "{bad}: {:?}", out.ops);
+        assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:invalid-field"), "{bad}");
+        p.send(0, Performative::Detach(Detach { handle: Handle(9), closed: true, error: None }), &[]);
+    }
+}
+
+#[test]
+fn an_events_store_sender_publishes_to_the_store() {
+    let mut p = Peer::opened(Settings::default());
+    p.send(0, Performative::Attach(attach(0, Role::Sender, "events-store/audit")), &[]);
+    p.performatives();
+    let out = p.send(0, Performative::Transfer(transfer(0, 0, false, false)), &mapping::encode(b"m", b"stored", &Default::default()));
+    match &out.ops[..] {
+        [(ArrayOp::Publish { pattern: Pattern::EventsStore, msg }, Some(_))] => {
+            assert_eq!(msg.channel, Channel::from_static("audit"));
+            assert_eq!(&msg.body[..], b"stored");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn events_store_messages_wait_for_credit_until_the_window_is_full() {
+    let mut p = Peer::opened(Settings { max_unsettled_per_link: 2, ..Settings::default() });
+    let out = p.send(0, Performative::Attach(store_attach(1, Some("first"))), &[]);
+    let [(ArrayOp::Subscribe { sub, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    let sub = *sub;
+    p.performatives();
+    let mut out = Out::default();
+    assert!(p.m.deliver_event(sub, &queue_msg(b"s1"), &mut out));
+    assert!(p.m.deliver_event(sub, &queue_msg(b"s2"), &mut out));
+    assert!(out.write.is_empty(), "no credit: they wait");
+    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    let frames = p.frames();
+    match &frames[..] {
+        [Frame::Amqp { performative, payload, .. }] => {
+            assert!(matches!(&**performative, Performative::Transfer(t) if t.settled == Some(true)), "pre-settled");
+            assert_eq!(&mapping::decode(payload).unwrap().body[..], b"s1");
+        }
+        other => panic!("{other:?}"),
+    }
+    // s2 waits; two more fill and overflow the window of 2: detached, subscription ended.
+    let mut out = Out::default();
+    assert!(p.m.deliver_event(sub, &queue_msg(b"s3"), &mut out));
+    assert!(!p.m.deliver_event(sub, &queue_msg(b"s4"), &mut out));
+    assert!(matches!(&out.ops[..], [(ArrayOp::Unsubscribe { pattern: Pattern::EventsStore, .. }, None)]), "{:?}", out.ops);
+    p.got.extend_from_slice(&out.write);
+    assert!(matches!(&p.performatives()[..], [Performative::Detach(d)] if condition(&d.error) == "amqp:resource-limit-exceeded"));
 }
