@@ -204,6 +204,30 @@ def _start_one(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
         raise
 
 
+def spawn_listening(args: list[str], port: int, log_name: str, ready_ports: list[int],
+                    grpc_port: int | None = None, timeout: float = 20.0) -> Gateway:
+    """Starts the binary with exactly `args` (a test that sets every flag itself, e.g. with
+    authentication on, where the CONNECT probe of `start_gateway` would be refused) and waits
+    until every port in `ready_ports` accepts TCP. Its log is target/interop-logs/<log_name>.
+    Fails the test (the gateway killed) if it exits first or does not listen within `timeout`."""
+    log_path = REPO / "target" / "interop-logs" / log_name
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(gateway_binary()), *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                cwd=str(REPO))
+    gw = Gateway(port, proc, log_path, grpc_port)
+    try:
+        deadline = time.monotonic() + timeout
+        while not all(_accepts_tcp(p) for p in ready_ports):
+            assert proc.poll() is None, f"gateway exited:\n{gw.log_tail()}"
+            assert time.monotonic() < deadline, f"gateway not listening:\n{gw.log_tail()}"
+            time.sleep(0.05)
+    except BaseException:
+        kill_gateway(gw)
+        raise
+    return gw
+
+
 def stop_gateway(gw: Gateway, timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
     """SIGTERM, then assert a graceful exit: status 0 within timeout (in remote mode the
     gateway first, then its array)."""

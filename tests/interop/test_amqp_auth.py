@@ -9,7 +9,6 @@ and gRPC on free ports, AMQP on another; readiness is a TCP connect to the AMQP 
 """
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
@@ -20,7 +19,7 @@ from proton import Message  # noqa: E402
 from proton import Timeout  # noqa: E402
 from proton.utils import BlockingConnection, LinkDetached  # noqa: E402
 
-from gateway_proc import HOST, REPO, Gateway, _accepts_tcp, free_port, gateway_binary, kill_gateway, stop_gateway  # noqa: E402
+from gateway_proc import HOST, free_port, kill_gateway, spawn_listening, stop_gateway  # noqa: E402
 from stompkit import uniq  # noqa: E402
 
 TIMEOUT = 10
@@ -49,20 +48,11 @@ def gw(tmp_path_factory):
     port, aport = free_port(), free_port()
     while aport == port:
         aport = free_port()
-    log_path = REPO / "target" / "interop-logs" / f"stompgate-amqp-auth-{aport}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [str(gateway_binary()), "--stomp-addr", f"{HOST}:{port}", "--grpc-addr", "off", "--amqp-addr", f"{HOST}:{aport}",
-           "--cores", "2", "--auth-jwt-key", str(key), "--auth-jwt-alg", "HS256", "--authz-file", str(rules)]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(REPO))
-    g = Gateway(port, proc, log_path)
+    args = ["--stomp-addr", f"{HOST}:{port}", "--grpc-addr", "off", "--amqp-addr", f"{HOST}:{aport}",
+            "--cores", "2", "--auth-jwt-key", str(key), "--auth-jwt-alg", "HS256", "--authz-file", str(rules)]
+    g = spawn_listening(args, port, f"stompgate-amqp-auth-{aport}.log", [aport])
     g.amqp_port = aport
     try:
-        deadline = time.monotonic() + 20
-        while not _accepts_tcp(aport):
-            assert proc.poll() is None, f"gateway exited:\n{g.log_tail()}"
-            assert time.monotonic() < deadline, f"gateway not listening:\n{g.log_tail()}"
-            time.sleep(0.05)
         yield g
         stop_gateway(g)
     finally:

@@ -7,7 +7,6 @@ which the shared probe sends, is refused by design.
 """
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 
@@ -18,7 +17,7 @@ import stomp
 from kubemq.queues import Client as QueuesClient
 from kubemq.queues import QueueMessage
 
-from gateway_proc import HOST, REPO, Gateway, _accepts_tcp, free_port, gateway_binary, kill_gateway, stop_gateway
+from gateway_proc import HOST, free_port, kill_gateway, spawn_listening, stop_gateway
 from grpckit import bounded, sdk_config
 from stompkit import uniq
 
@@ -38,19 +37,10 @@ def _jwt_gateway(tmp_path, extra: list[str]):
     port, gport = free_port(), free_port()
     while gport == port:
         gport = free_port()
-    log_path = REPO / "target" / "interop-logs" / f"stompgate-auth-{port}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [str(gateway_binary()), "--stomp-addr", f"{HOST}:{port}", "--grpc-addr", f"{HOST}:{gport}",
-           "--cores", "2", "--auth-jwt-key", str(key), "--auth-jwt-alg", "HS256", *extra]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(REPO))
-    gw = Gateway(port, proc, log_path, gport)
+    args = ["--stomp-addr", f"{HOST}:{port}", "--grpc-addr", f"{HOST}:{gport}",
+            "--cores", "2", "--auth-jwt-key", str(key), "--auth-jwt-alg", "HS256", *extra]
+    gw = spawn_listening(args, port, f"stompgate-auth-{port}.log", [port, gport], gport)
     try:
-        deadline = time.monotonic() + 20
-        while not (_accepts_tcp(port) and _accepts_tcp(gport)):
-            assert proc.poll() is None, f"gateway exited:\n{gw.log_tail()}"
-            assert time.monotonic() < deadline, f"gateway not listening:\n{gw.log_tail()}"
-            time.sleep(0.05)
         yield gw
         stop_gateway(gw)
     finally:
