@@ -7,14 +7,8 @@ use crate::common;
 
 use common::grpc::*;
 use std::time::{Duration, Instant};
+use stompgate::wire::kind::stream::{ACK, MODIFY_VISIBILITY, RECEIVE, REJECT, RESEND, SEND_MODIFIED};
 use tokio::sync::mpsc;
-
-const RECEIVE: i32 = 1;
-const ACK: i32 = 2;
-const REJECT: i32 = 3;
-const MODIFY_VISIBILITY: i32 = 4;
-const RESEND: i32 = 5;
-const SEND_MODIFIED: i32 = 6;
 
 /// One open `StreamQueueMessage` call.
 struct Txn {

@@ -20,21 +20,12 @@ use crate::auth::Access;
 use crate::mesh::msg::{CoreMsg, Mailbox, PullMode, PullRequest, PullResult, Settle, SubNo, SubRef};
 use crate::model::{Channel, Pattern};
 use crate::wire::convert;
+use crate::wire::kind::stream as kind;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Streaming;
-
-/// `StreamRequestType` values (proto/kubemq.proto).
-mod kind {
-    pub const RECEIVE: i32 = 1;
-    pub const ACK: i32 = 2;
-    pub const REJECT: i32 = 3;
-    pub const MODIFY_VISIBILITY: i32 = 4;
-    pub const RESEND: i32 = 5;
-    pub const SEND_MODIFIED: i32 = 6;
-}
 
 /// `VisibilitySeconds` 0 on a receive: KubeMQ's default visibility.
 const DEFAULT_VISIBILITY: Duration = Duration::from_secs(60);
