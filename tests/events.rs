@@ -89,6 +89,26 @@ fn a_late_subscriber_gets_no_replay() {
 }
 
 #[test]
+fn a_subscription_made_after_a_send_was_receipted_never_gets_that_send() {
+    // The RECEIPT of a SEND to a topic means the array has the event, so a SUBSCRIBE sent after
+    // it cannot see the event: the first MESSAGE is the one published after the subscription.
+    // Publisher and subscriber on different cores (in remote mode, different connections to
+    // the array); many rounds, as a hand-off that only races the subscription fails rarely.
+    let server = TestServer::start();
+    let mut p = connected_on(&server, 0);
+    let mut s = connected_on(&server, 1);
+    for round in 0..200 {
+        let t = topic();
+        p.send_sync("SEND", &[("destination", &t)], format!("early{round}").as_bytes());
+        let id = format!("s{round}");
+        assert!(s.subscribe_sync(&id, &t, &[]).is_empty(), "round {round}");
+        p.send_sync("SEND", &[("destination", &t)], format!("late{round}").as_bytes());
+        assert_eq!(bodies(&s.read_messages(1)), [format!("late{round}")], "round {round}");
+        s.send_sync("UNSUBSCRIBE", &[("id", &id)], b"");
+    }
+}
+
+#[test]
 fn consumer_group_members_share_each_message_and_a_groupless_subscriber_gets_all() {
     let server = TestServer::start();
     let t = topic();

@@ -7,11 +7,14 @@
 //! channel would hold back every other channel's events, and the receipts waiting on them.
 //! One stream per channel makes that pacing per channel.
 //!
-//! Confirmations: a plain event is confirmed once handed to the stream (events are
-//! best-effort); an events-store event once the array's `Result` says it was stored; a queue
-//! SEND once the array's `SendQueueMessageResult` says it was queued. Unconfirmed ones are sent
-//! again after a reconnect (at-least-once) and fail after [`GIVE_UP`]. Plain events published
-//! while the array is unreachable are dropped and counted, not buffered without bound.
+//! Confirmations: a plain event without a receipt is confirmed once handed to the stream (events
+//! are best-effort); a receipted plain event once the array's unary `SendEvent` answered (see
+//! [`publish_confirmed`]); an events-store event once the array's `Result` says it was stored; a
+//! queue SEND once the array's `SendQueueMessageResult` says it was queued. Unconfirmed store
+//! events and queue SENDs are sent again after a reconnect (at-least-once), in the order they
+//! came, and fail after [`GIVE_UP`]. Plain events published while the array is unreachable are
+//! dropped and counted (a receipted one's RECEIPT then says it was dealt with, as when a slow
+//! subscriber loses it), not buffered without bound.
 use super::backlog::Held;
 use super::backoff::Backoff;
 use super::{Worker, GIVE_UP};
@@ -193,6 +196,52 @@ async fn wait_reconnect(
     }
 }
 
+/// The array's answer to a store event sent on the stream.
+fn settle_store(w: &Worker, pending: &mut HashMap<String, Item>, r: pb::Result) {
+    if let Some(item) = pending.remove(&r.event_id) {
+        if r.sent {
+            w.done(item.ticket);
+        } else {
+            tracing::warn!(core = %w.core, error = %r.error, "array refused an events-store publish");
+            w.failed(item.ticket);
+        }
+    }
+}
+
+/// Publishes a receipted plain event with the unary `SendEvent` and confirms it once the array
+/// answers. The stream answers no plain event, and a RECEIPT given when the event was merely
+/// handed to it would let a client that then SUBSCRIBEs receive an event published before it
+/// subscribed (the array may read the stream after the subscription). False when the array is
+/// unreachable: the event is then dropped and counted, as any plain event in an outage.
+async fn publish_confirmed(w: &Worker, item: Item, dropped: &mut u64) -> bool {
+    match w.client.clone().send_event(event_of(w, &item)).await {
+        Ok(r) if r.get_ref().sent => w.done(item.ticket),
+        Ok(r) => {
+            tracing::warn!(core = %w.core, error = %r.get_ref().error, "array refused an event");
+            w.failed(item.ticket);
+        }
+        Err(e) if e.code() == tonic::Code::Unavailable => {
+            *dropped += 1;
+            w.metrics.events_dropped.increment(1);
+            w.done(item.ticket);
+            return false;
+        }
+        Err(e) => {
+            tracing::warn!(core = %w.core, error = %e, "array refused an event");
+            w.failed(item.ticket);
+        }
+    }
+    true
+}
+
+/// `pending` in the order its items reached the egress (a map's own order is arbitrary), so
+/// what is sent again after a reconnect keeps each publisher's order.
+fn in_arrival_order<K>(pending: &HashMap<K, Item>) -> Vec<(&K, &Item)> {
+    let mut items: Vec<_> = pending.iter().collect();
+    items.sort_by_key(|(_, item)| item.since);
+    items
+}
+
 async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
     let metrics = w.metrics.stream(StreamKind::Events);
     let _wanted = Counted::new(&metrics.wanted);
@@ -220,7 +269,7 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
         backoff.reset();
         let connected = Counted::new(&metrics.connected);
         let mut broken = false;
-        for item in pending.values() {
+        for (_, item) in in_arrival_order(&pending) {
             if tx.send(event_of(&w, item)).await.is_err() {
                 broken = true;
                 break;
@@ -228,30 +277,35 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
         }
         let mut sweep = tokio::time::interval(SWEEP);
         let mut last_work = Instant::now();
-        while !broken {
+        // Plain events sent on this stream: the array answers none of them, so a receipted
+        // plain event behind them must wait for this stream to end (see `publish_confirmed`).
+        let mut sent_plain = false;
+        // A receipted plain event that must first close this stream.
+        let mut behind_plain = None;
+        while !broken && behind_plain.is_none() {
             tokio::select! {
                 item = input.recv() => {
                     let Some(item) = item else { return };
                     last_work = Instant::now();
+                    if !item.store && item.ticket.is_some() {
+                        if sent_plain {
+                            behind_plain = Some(item);
+                        } else {
+                            broken = !publish_confirmed(&w, item, &mut dropped).await;
+                        }
+                        continue;
+                    }
                     let event = event_of(&w, &item);
                     if item.store {
                         pending.insert(key(&item), item);
                     } else {
+                        sent_plain = true;
                         w.done(item.ticket);
                     }
                     broken = tx.send(event).await.is_err();
                 }
                 result = responses.message() => match result {
-                    Ok(Some(r)) => {
-                        if let Some(item) = pending.remove(&r.event_id) {
-                            if r.sent {
-                                w.done(item.ticket);
-                            } else {
-                                tracing::warn!(core = %w.core, error = %r.error, "array refused an events-store publish");
-                                w.failed(item.ticket);
-                            }
-                        }
-                    }
+                    Ok(Some(r)) => settle_store(&w, &mut pending, r),
                     Ok(None) | Err(_) => broken = true,
                 },
                 _ = sweep.tick() => {
@@ -265,6 +319,26 @@ async fn run_events(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
                 }
             }
             unconfirmed.set(pending.len() as f64);
+        }
+        if let Some(item) = behind_plain {
+            // Half-close: the array ends its answers once it has taken every event sent on this
+            // stream, so the unary `SendEvent` after it cannot overtake them.
+            drop(tx);
+            loop {
+                match responses.message().await {
+                    Ok(Some(r)) => settle_store(&w, &mut pending, r),
+                    Ok(None) => break,
+                    Err(_) => {
+                        broken = true;
+                        break;
+                    }
+                }
+            }
+            broken |= !publish_confirmed(&w, item, &mut dropped).await;
+            if !broken {
+                // A fresh stream for what follows; store events it still owes go again on it.
+                continue;
+            }
         }
         drop(connected);
         metrics.reconnects.increment(1);
@@ -320,7 +394,7 @@ async fn run_queues(w: Rc<Worker>, mut input: mpsc::UnboundedReceiver<Item>) {
         backoff.reset();
         let connected = Counted::new(&metrics.connected);
         let mut broken = false;
-        for (id, item) in &pending {
+        for (id, item) in in_arrival_order(&pending) {
             if tx.send(upstream_of(&w, id, item)).await.is_err() {
                 broken = true;
                 break;

@@ -58,10 +58,15 @@ fn start(b: &Bridge, pattern: Pattern, msg: Arc<Message>, paced: bool) -> Option
 
 const UNCONFIRMED: validate::Invalid = validate::Invalid::new(130, "events store publish was not confirmed");
 
+/// `SendEvent` answers once the event is done with, as a STOMP RECEIPT does: stored (for
+/// Events-Store) and taken or parked-then-settled by every live subscriber. So a caller that
+/// waits for each answer is paced by the subscribers, and a remote-array gateway, which
+/// publishes its receipted plain events this way, gives its RECEIPT on the same terms as on the
+/// embedded array.
 pub async fn send_event(b: &Bridge, ev: pb::Event) -> Result<pb::Result, Status> {
     let (pattern, msg) = prepare(b, ev)?;
     let event_id = convert::string_of(&msg.id);
-    let confirmed = match start(b, pattern, msg, false) {
+    let confirmed = match start(b, pattern, msg, true) {
         Some(confirmation) => confirmation.wait().await,
         None => true,
     };
