@@ -29,51 +29,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source "$ROOT/scripts/bench-lib.sh"
 
 summarize() {
-    python3 - "$1" <<'PY'
-import json, statistics, sys
-
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-METRICS = {
-    "fanout": [("delivered_per_s", True), ("p99_us", False), ("server_cpu_us_per_msg", False)],
-    "queue": [("delivered_per_s", True), ("p99_us", False), ("server_cpu_us_per_msg", False)],
-    "connect": [("connections_per_s", True), ("p99_us", False)],
-}
-cases = []
-for r in rows:
-    if r["case"] not in cases:
-        cases.append(r["case"])
-sides = {}
-for r in rows:
-    sides.setdefault(r["side"], (r["binary"], r["sha256"][:12]))
-for side, (binary, sha) in sorted(sides.items()):
-    print(f"{side}: {binary} (sha256 {sha}...)")
-print()
-print(f"| case | metric | A median (min-max) | B median (min-max) | B/A |")
-print(f"|---|---|---|---|---|")
-for case in cases:
-    kind = case.split("-")[0]
-    for metric, _higher in METRICS.get(kind, []):
-        cells = []
-        medians = []
-        for side in ("A", "B"):
-            vals = [r["result"][metric] for r in rows
-                    if r["case"] == case and r["side"] == side and r["result"] and metric in r["result"]]
-            if not vals:
-                cells.append("-")
-                medians.append(None)
-                continue
-            m = statistics.median(vals)
-            medians.append(m)
-            cells.append(f"{m:,.2f} ({min(vals):,.2f}-{max(vals):,.2f}), n={len(vals)}")
-        ratio = f"{medians[1] / medians[0]:.3f}" if all(medians) else "-"
-        print(f"| {case} | {metric} | {cells[0]} | {cells[1]} | {ratio} |")
-bad = [r for r in rows if r["exit"] != 0]
-if bad:
-    print()
-    print(f"{len(bad)} run(s) exited non-zero: " + ", ".join(f'{r["case"]}/{r["side"]}/round {r["round"]}: {r["exit"]}' for r in bad))
-PY
+    python3 "$ROOT/perf/summarize.py" "$1" --by side --base A
 }
 
 if [ "${1:-}" = --summarize ]; then
@@ -107,25 +66,8 @@ sys.exit(0 if s.recv(9).startswith(b"CONNECTED") else 1)
 PY
 }
 
-case_args() {
-    case "$1" in
-    fanout) echo "fanout --subscribers 4 --rate 0 --receipt-every 1000" ;;
-    queue) echo "queue --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
-    connect) echo "connect --workers 4" ;;
-    *) echo "ab.sh: unknown case $1" >&2; exit 2 ;;
-    esac
-}
 
 ulimit -n "$(ulimit -Hn)" || true
-GW_PID=""
-stop_gateway() {
-    if [ -n "$GW_PID" ] && kill -0 "$GW_PID" 2>/dev/null; then
-        kill -TERM "$GW_PID" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$GW_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$GW_PID" 2>/dev/null && kill -KILL "$GW_PID" 2>/dev/null || true
-    fi
-    GW_PID=""
-}
 trap stop_gateway EXIT
 
 if stomp_ready "$PORT" || stomp_ready "$((PORT + 1))"; then
@@ -156,7 +98,7 @@ for round in $(seq 1 "$ROUNDS"); do
             echo "== round $round/$ROUNDS: $case on $side" >&2
             rc=0
             # shellcheck disable=SC2046
-            line="$(timeout 300 "$LOAD" $(case_args "$case") --host 127.0.0.1 --port "$port" \
+            line="$(timeout 300 "$LOAD" $(bench_case_args "$case") --host 127.0.0.1 --port "$port" \
                 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "ab-$case-$round-$$" \
                 --label "$side" --json --quiet --server-pid "$GW_PID")" || rc=$?
             [ -n "$line" ] || line=null

@@ -35,73 +35,14 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source "$ROOT/scripts/bench-lib.sh"
 
 summarize() {
-    python3 - "$1" <<'PY'
-import json, statistics, sys
-
-path = sys.argv[1]
-rows = [json.loads(l) for l in open(path) if l.strip()]
-brokers = ["stompgate"] if any(r["broker"] == "stompgate" for r in rows) else []
-for r in rows:
-    if r["broker"] not in brokers:
-        brokers.append(r["broker"])
-cases = []
-for r in rows:
-    if r["case"] not in cases:
-        cases.append(r["case"])
-
-# (metric, higher is better?) per scenario kind
-METRICS = {
-    "fanout": [("delivered_per_s", True), ("p50_us", False), ("p99_us", False),
-               ("server_cpu_us_per_msg", False), ("harness_cpu_us_per_msg", False),
-               ("lost", False), ("duplicated", False)],
-    "queue": [("delivered_per_s", True), ("p50_us", False), ("p99_us", False),
-              ("server_cpu_us_per_msg", False), ("lost", False), ("duplicated", False)],
-    "connect": [("connections_per_s", True), ("p99_us", False), ("server_cpu_us_per_msg", False)],
-    "idle": [("rss_per_conn_bytes", False), ("open_per_s", True), ("dropped", False)],
-}
-RATE_METRICS = [("delivered_per_s", True), ("p50_us", False), ("p99_us", False), ("p999_us", False),
-                ("server_cpu_us_per_msg", False), ("lost", False)]
-
-def median(case, broker, metric):
-    vals = [r["result"][metric] for r in rows
-            if r["case"] == case and r["broker"] == broker and r["result"]
-            and r["result"].get(metric) is not None]
-    return (statistics.median(vals), len(vals)) if vals else (None, 0)
-
-def fmt(v):
-    if v is None:
-        return "–"
-    if abs(v) >= 100 or v == int(v):
-        return f"{v:,.0f}"
-    return f"{v:.2f}"
-
-peers = [b for b in brokers if b != "stompgate"]
-head = ["case", "metric"] + brokers + [f"stompgate/{p}" for p in peers]
-print("| " + " | ".join(head) + " |")
-print("|" + "---|" * len(head))
-for case in cases:
-    kinds = {r["result"]["scenario"] for r in rows if r["case"] == case and r["result"]}
-    kind = kinds.pop() if kinds else None
-    metrics = RATE_METRICS if case.startswith("fanout-rate") else METRICS.get(kind, [])
-    for metric, higher in metrics:
-        vals = {b: median(case, b, metric)[0] for b in brokers}
-        cells = [case, metric + (" ↑" if higher else " ↓")] + [fmt(vals[b]) for b in brokers]
-        for p in peers:
-            a, b = vals.get("stompgate"), vals.get(p)
-            cells.append(f"{a / b:.2f}" if a is not None and b not in (None, 0) else "–")
-        print("| " + " | ".join(cells) + " |")
-print("\nlost/duplicated count window messages; delivered_per_s counts only what arrived inside "
-      "the window. idle rss_per_conn_bytes of a JVM broker (activemq) only shows heap growth "
-      "beyond what the JVM had already mapped.")
-failed = [r for r in rows if r["exit"] not in (0, 3)]
-runs = max((r["run"] for r in rows), default=0)
-print(f"\nmedians of {runs} run(s); ↑ higher is better, ↓ lower is better; source: {path}")
-if failed:
-    print(f"{len(failed)} run(s) failed (exit 1/2): "
-          + ", ".join(f'{r["case"]}/{r["broker"]}#{r["run"]}' for r in failed))
-PY
+    python3 "$ROOT/perf/summarize.py" "$1" --by broker --base stompgate --base-first --ok-exits 0,3
+    echo
+    echo "lost/duplicated count window messages; delivered_per_s counts only what arrived inside the" \
+        "window. idle rss_per_conn_bytes of a JVM broker (activemq) only shows heap growth beyond what" \
+        "the JVM had already mapped. Source: $1"
 }
 
 if [ "${1:-}" = "--summarize" ]; then
@@ -205,16 +146,6 @@ fi
 
 # shellcheck disable=SC2206
 CASES=(${CASES:-fanout fanout-rate2k queue connect idle})
-case_args() {
-    case "$1" in
-    fanout) echo "fanout --subscribers 4 --rate 0 --receipt-every 1000" ;;
-    fanout-rate2k) echo "fanout --subscribers 4 --rate 2000" ;;
-    fanout-rate50k) echo "fanout --subscribers 4 --rate 50000" ;;
-    queue) echo "queue --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
-    connect) echo "connect --workers 4" ;;
-    idle) echo "idle --connections $IDLE_CONNECTIONS --workers 4" ;;
-    esac
-}
 
 # Which code and which binary: every raw line records both.
 COMMIT="$(git rev-parse HEAD)"
@@ -236,7 +167,7 @@ for run in $(seq 1 "$RUNS"); do
             echo "== run $run/$RUNS: $case on $b (127.0.0.1:${PORT[$b]})" >&2
             rc=0
             # shellcheck disable=SC2046
-            line="$(timeout 300 "$LOAD" $(case_args "$case") --host 127.0.0.1 --port "${PORT[$b]}" \
+            line="$(timeout 300 "$LOAD" $(bench_case_args "$case") --host 127.0.0.1 --port "${PORT[$b]}" \
                 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "cmp-$case-$run-$$" \
                 --label "$b" --json --quiet "${pid_args[@]}")" || rc=$?
             [ -n "$line" ] || line=null

@@ -16,31 +16,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source "$ROOT/scripts/bench-lib.sh"
 
 summarize() {
-    python3 - "$1" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-cases = list(dict.fromkeys(r["case"] for r in rows))
-metrics = [("delivered_per_s", "msgs/s"), ("completed_per_s", "requests/s"), ("p50_us", "p50 µs"), ("p99_us", "p99 µs"),
-           ("p999_us", "p999 µs"), ("server_cpu_us_per_msg", "gateway CPU µs/msg"),
-           ("lost", "lost"), ("duplicated", "dup")]
-def med(case, broker, m):
-    v = [r["result"][m] for r in rows if r["case"] == case and r["broker"] == broker
-         and r["result"] and r["result"].get(m) is not None]
-    return (statistics.median(v), len(v)) if v else (None, 0)
-print("| case | metric | direct (A) | via B | B/A | runs |")
-print("|---|---|---|---|---|---|")
-for c in cases:
-    for m, label in metrics:
-        a, n = med(c, "direct", m)
-        b, nb = med(c, "via-remote", m)
-        if a is None and b is None:
-            continue
-        ratio = f"{b / a:.2f}" if a and b is not None and a != 0 else "—"
-        fmt = lambda x: "—" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}")
-        print(f"| {c} | {label} | {fmt(a)} | {fmt(b)} | {ratio} | {n}/{nb} |")
-PY
+    python3 "$ROOT/perf/summarize.py" "$1" --by broker --base direct
 }
 
 if [ "${1:-}" = "--summarize" ]; then
@@ -71,14 +50,8 @@ sleep 1
 mkdir -p perf/results
 OUT="perf/results/remote-hop-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
 case_args() {
-    case "$1" in
-    fanout) echo "fanout --subscribers 4 --rate 0 --receipt-every 1000" ;;
-    fanout-rate2k) echo "fanout --subscribers 4 --rate 2000" ;;
-    fanout-rate50k) echo "fanout --subscribers 4 --rate 50000" ;;
-    queue) echo "queue --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
     # The responder is the harness's own, on A's gRPC API in both cases.
-    rpc) echo "rpc --requesters 4 --inflight 16 --grpc 127.0.0.1:$A_GRPC" ;;
-    esac
+    if [ "$1" = rpc ]; then echo "rpc --requesters 4 --inflight 16 --grpc 127.0.0.1:$A_GRPC"; else bench_case_args "$1"; fi
 }
 for run in $(seq 1 "$RUNS"); do
     for case in ${CASES:-fanout fanout-rate2k fanout-rate50k queue rpc}; do

@@ -38,54 +38,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source "$ROOT/scripts/bench-lib.sh"
 
 summarize() {
-    python3 - "$1" <<'PY'
-import json, statistics, sys
-
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-METRICS = {
-    "fanout": ["delivered_per_s", "server_cpu_us_per_msg", "harness_cpu_us_per_msg", "p99_us"],
-    "queue": ["delivered_per_s", "server_cpu_us_per_msg", "harness_cpu_us_per_msg", "p99_us"],
-    "connect": ["connections_per_s", "server_cpu_us_per_msg", "harness_cpu_us_per_msg", "p99_us"],
-}
-cases, modes = [], []
-for r in rows:
-    if r["case"] not in cases:
-        cases.append(r["case"])
-    if r["mode"] not in modes:
-        modes.append(r["mode"])
-first = rows[0] if rows else {}
-print(f"gateway sha256 {first.get('sha256', '?')[:12]}..., commit {first.get('commit', '?')}, "
-      f"load averages before each run: {', '.join(sorted({r.get('loadavg', '?').split()[0] for r in rows}))}")
-tls = sorted({r["result"]["tls"] for r in rows if r["result"] and r["result"].get("tls")})
-if tls:
-    print("TLS: " + ", ".join(tls))
-print()
-others = [m for m in modes if m != "plain"]
-head = " | ".join(f"{m} median (min-max)" for m in modes)
-ratios = " | ".join(f"{m}/plain" for m in others)
-print(f"| case | metric | {head} | {ratios} |")
-print("|---" * (2 + len(modes) + len(others)) + "|")
-for case in cases:
-    kind = case.split("-")[0]
-    for metric in METRICS.get(kind, []):
-        cells, med = [], {}
-        for m in modes:
-            vals = [r["result"][metric] for r in rows
-                    if r["case"] == case and r["mode"] == m and r["result"] and r["result"].get(metric) is not None]
-            if not vals:
-                cells.append("-")
-                continue
-            med[m] = statistics.median(vals)
-            cells.append(f"{med[m]:,.2f} ({min(vals):,.2f}-{max(vals):,.2f}), n={len(vals)}")
-        rs = [f"{med[m] / med['plain']:.3f}" if m in med and med.get("plain") else "-" for m in others]
-        print(f"| {case} | {metric} | {' | '.join(cells)} | {' | '.join(rs)} |")
-bad = [r for r in rows if r["exit"] != 0]
-if bad:
-    print()
-    print(f"{len(bad)} run(s) exited non-zero: " + ", ".join(f'{r["case"]}/{r["mode"]}/round {r["round"]}: {r["exit"]}' for r in bad))
-PY
+    python3 "$ROOT/perf/summarize.py" "$1" --by mode --base plain
 }
 
 if [ "${1:-}" = --summarize ]; then
@@ -117,15 +73,6 @@ COMMIT="$(git rev-parse --short HEAD)"
 git diff --quiet HEAD -- src perf/load scripts/tls-auth-bench.sh || COMMIT="$COMMIT-dirty"
 
 WORK="$(mktemp -d -t stompgate-tls-auth.XXXXXX)"
-GW_PID=""
-stop_gateway() {
-    if [ -n "$GW_PID" ] && kill -0 "$GW_PID" 2>/dev/null; then
-        kill -TERM "$GW_PID" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$GW_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$GW_PID" 2>/dev/null && kill -KILL "$GW_PID" 2>/dev/null || true
-    fi
-    GW_PID=""
-}
 trap 'stop_gateway; rm -rf "$WORK"' EXIT
 
 # A CA, and a server certificate it signs for 127.0.0.1 and localhost.
@@ -197,15 +144,6 @@ sys.exit(0 if s.recv(9).startswith(b"CONNECTED") else 1)
 PY
 }
 
-case_args() {
-    case "$1" in
-    fanout) echo "fanout --subscribers 4 --rate 0 --receipt-every 1000" ;;
-    fanout-rate) echo "fanout --subscribers 4 --rate 2000" ;;
-    queue) echo "queue --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
-    connect) echo "connect --workers 4" ;;
-    *) echo "tls-auth-bench.sh: unknown case $1" >&2; exit 2 ;;
-    esac
-}
 
 ulimit -n "$(ulimit -Hn)" || true
 for m in "${MODES[@]}"; do
@@ -235,7 +173,7 @@ for round in $(seq 1 "$ROUNDS"); do
             loadavg="$(cut -d' ' -f1-3 /proc/loadavg)"
             rc=0
             # shellcheck disable=SC2046
-            line="$(timeout 300 "$LOAD" $(case_args "$case") $(harness_args "$mode") --host 127.0.0.1 --port "$port" \
+            line="$(timeout 300 "$LOAD" $(bench_case_args "$case") $(harness_args "$mode") --host 127.0.0.1 --port "$port" \
                 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "tls-auth-$case-$round-$$" \
                 --label "$mode" --json --quiet --server-pid "$GW_PID")" || rc=$?
             [ -n "$line" ] || line=null
