@@ -15,6 +15,7 @@ use common::flow::*;
 use common::grpc::pb;
 use common::stomp_client::{Client, Frame};
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -286,19 +287,7 @@ fn a_store_write_that_fails_answers_its_sends_with_errors_at_once_and_loses_noth
     // the 60 s confirmation wait.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let result = rt.block_on(async {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{grpc}")).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let channel_to_gw = loop {
-            match endpoint.connect().await {
-                Ok(c) => break c,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("gRPC connect to {grpc}: {e}"),
-            }
-        };
-        let mut client = KubemqClient::new(channel_to_gw);
+        let mut client = grpc_client(grpc).await;
         let msg = pb::QueueMessage {
             message_id: "g-big".into(),
             client_id: "persist-test".into(),
@@ -326,4 +315,85 @@ fn a_store_write_that_fails_answers_its_sends_with_errors_at_once_and_loses_noth
     let mut c = connected(&gw);
     let got = c.subscribe_expect("s", dest, &[], 21);
     assert_eq!(body_set(&got), (0..21).map(small).collect::<BTreeSet<_>>());
+}
+
+/// A gRPC client of a child gateway's API at `addr` (retrying while the child starts).
+async fn grpc_client(addr: SocketAddr) -> KubemqClient<tonic::transport::Channel> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match endpoint.connect().await {
+            Ok(c) => return KubemqClient::new(c),
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("gRPC connect to {addr}: {e}"),
+        }
+    }
+}
+
+/// The (sequence, timestamp, body) of Events-Store MESSAGEs.
+fn stamped(frames: &[Frame]) -> Vec<(u64, i64, String)> {
+    let header = |f: &Frame, name: &str| f.header(name).unwrap_or_else(|| panic!("no {name}: {f:?}")).to_owned();
+    frames
+        .iter()
+        .map(|f| (header(f, "x-kubemq-sequence").parse().unwrap(), header(f, "x-kubemq-timestamp").parse().unwrap(), f.body_str().to_owned()))
+        .collect()
+}
+
+#[test]
+fn events_store_channels_survive_kill_9_with_their_sequences_and_timestamps_and_a_deletion_survives_too() {
+    let store = TempStore::new("es");
+    let grpc = common::metrics::free_port();
+    let grpc_arg = grpc.to_string();
+    // Two cores, so the channels live in two logs.
+    let args = ["--store-dir", store.arg(), "--cores", "2", "--grpc-addr", grpc_arg.as_str()];
+    let kept = "/topic-store/persist.es.kept";
+    let deleted = "/topic-store/persist.es.deleted";
+    let gw = Gateway::spawn(&args, None);
+    let mut p = connected(&gw);
+    send_receipted(&mut p, kept, (1..=5).map(|i| format!("k{i}")));
+    send_receipted(&mut p, deleted, (1..=3).map(|i| format!("d{i}")));
+    let mut c = connected(&gw);
+    let before = stamped(&c.subscribe_expect("s", kept, &[("x-kubemq-start", "first")], 5));
+    assert_eq!(before.iter().map(|(seq, _, _)| *seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+    drop(c);
+    gw.stop(); // SIGKILL
+
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    // Every receipted message is back with its sequence, timestamp and body.
+    assert_eq!(stamped(&c.subscribe_expect("all", kept, &[("x-kubemq-start", "first")], 5)), before);
+    assert_eq!(stamped(&c.subscribe_expect("from3", kept, &[("x-kubemq-start", "sequence:3")], 3)), before[2..]);
+    let (_, ts4, _) = &before[3];
+    let at4 = jiff::Timestamp::from_nanosecond(i128::from(*ts4)).unwrap(); // RFC 3339, to the ns
+    let since4 = stamped(&c.subscribe_expect("time", kept, &[("x-kubemq-start", &format!("time:{at4}"))], 2));
+    assert_eq!(since4, before[3..], "a time start finds the restored timestamps");
+    // The sequence goes on after the restored ones, to every live subscriber.
+    let mut p = connected(&gw);
+    send_receipted(&mut p, kept, std::iter::once("k6".to_string()));
+    for _ in 0..3 {
+        let next = stamped(&c.read_messages(1));
+        assert_eq!((next[0].0, next[0].2.as_str()), (6, "k6"));
+    }
+    // Delete the other channel through the gRPC API, then kill again: it stays deleted.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut g = grpc_client(grpc).await;
+        let request =
+            common::grpc::management("delete-channel", &[("channel_type", "events_store"), ("channel", "persist.es.deleted"), ("client_id", "persist-test")]);
+        let r = g.send_request(request).await.expect("delete-channel answered").into_inner();
+        assert!(r.executed && r.error.is_empty(), "{r:?}");
+    });
+    // The delete's answer waits for its owner's confirmation, held like any other until the
+    // deletion's record is synced: so it is on disk now.
+    drop(c);
+    gw.stop();
+
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    assert!(c.subscribe_expect("d", deleted, &[("x-kubemq-start", "first")], 0).is_empty(), "the deleted channel stayed deleted");
+    let mut p = connected(&gw);
+    send_receipted(&mut p, deleted, std::iter::once("again".to_string()));
+    let again = stamped(&c.read_messages(1));
+    assert_eq!((again[0].0, again[0].2.as_str()), (1, "again"), "a deleted channel starts at sequence 1 again");
+    assert_eq!(stamped(&c.subscribe_expect("k", kept, &[("x-kubemq-start", "first")], 6)).len(), 6);
 }

@@ -1,7 +1,9 @@
-//! The persistent embedded array's glue between the queues and the per-core log (issue 15):
+//! The persistent embedded array's glue between the queues / Events-Store and the per-core log
+//! (issue 15):
 //! the store directory with its lock ([`StoreDir`]), the [`Journal`] a shard encodes its
 //! records into (the shard still does no I/O: the core writes the journal's bytes, see
-//! `engine::durable`), and the replay that rebuilds queues from a log ([`Replay`]).
+//! `engine::durable`), and the replay that rebuilds queues and Events-Store channels from a log
+//! ([`Replay`]).
 //!
 //! # What is logged, and what recovery makes of it
 //! * A queue message, when its queue accepts it: a `QueueMessage` record (body, tags, policy,
@@ -15,8 +17,13 @@
 //!   move to another queue): an `Ack` record; past its receive limit: a `DeadLetter` record
 //!   (its copy on the dead-letter queue is that queue's own `QueueMessage`, on its owner).
 //!
+//! * An Events-Store message, when its owner stamps it: a `StoreMessage` record (its channel
+//!   sequence and timestamp with the content); a deleted Events-Store channel: `StoreDelete`.
+//!
 //! On start every message without an `Ack` or `DeadLetter` comes back, in sequence order,
-//! with its last receive count. Queue sequences continue after the highest one logged, so a
+//! with its last receive count; every Events-Store channel comes back with its messages since
+//! its last deletion, and goes on from its highest sequence (a record lost to corruption leaves
+//! a gap, never a reused sequence). Queue sequences continue after the highest one logged, so a
 //! settlement in the log can never name a later message.
 //!
 //! # Core count
@@ -24,7 +31,7 @@
 //! a different core count would give those queues other owners, so the store directory records
 //! its core count and a start with another one is refused with one line (re-deriving
 //! ownership, by handing records to their new owners, is left for later).
-use super::log::record::{self, Content, QueueMessage, QueueSettle, Record, Settlement};
+use super::log::record::{self, Content, QueueMessage, QueueSettle, Record, Settlement, StoreMessage};
 use crate::mesh::msg::QueueMeta;
 use crate::model::{Channel, Message, Tags};
 use ahash::AHashMap;
@@ -149,6 +156,29 @@ impl Journal {
         std::mem::swap(&mut self.buf, batch);
     }
 
+    /// Appends the pending records to `batch` (a second journal's records joining the first's
+    /// batch: one copy, against one write and sync saved).
+    pub fn take_after(&mut self, batch: &mut Vec<u8>) {
+        batch.extend_from_slice(&self.buf);
+        self.buf.clear();
+    }
+
+    /// The Events-Store message `msg` was stamped (sequence, timestamp) and appended.
+    pub fn stored(&mut self, msg: &Message) {
+        if !self.enabled {
+            return;
+        }
+        let rec = Record::StoreMessage(StoreMessage { channel: &msg.channel.0, sequence: msg.sequence, content: content_of(msg) });
+        self.put(&rec);
+    }
+
+    /// The Events-Store channel was deleted.
+    pub fn store_deleted(&mut self, channel: &Channel) {
+        if self.enabled {
+            self.put(&Record::StoreDelete { channel: &channel.0 });
+        }
+    }
+
     /// `msg` (sequence `seq` in its queue) was accepted.
     pub fn message(&mut self, msg: &Message, seq: u64, expires_at_ns: i64, meta: Option<&QueueMeta>) {
         if !self.enabled {
@@ -157,14 +187,7 @@ impl Journal {
         let rec = Record::QueueMessage(QueueMessage {
             channel: &msg.channel.0,
             seq,
-            content: Content {
-                id: &msg.id,
-                client_id: &msg.client_id,
-                metadata: &msg.metadata,
-                body: &msg.body,
-                tags: msg.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect(),
-                timestamp_ns: msg.timestamp_ns,
-            },
+            content: content_of(msg),
             expires_at_ns,
             delayed_to_ns: meta.map_or(0, |m| m.delayed_to_ns),
             max_receive: meta.map_or(0, |m| m.max_receive),
@@ -199,8 +222,19 @@ impl Journal {
         // Only a message over record::MAX_RECORD_BYTES can be refused, and a store is refused
         // at start with a --max-body-size that allows one (`check_body_limit`).
         if record::encode(rec, &mut self.buf).is_err() {
-            tracing::error!("queue record larger than the log's record limit: not persisted");
+            tracing::error!("record larger than the log's record limit: not persisted");
         }
+    }
+}
+
+fn content_of(msg: &Message) -> Content<'_> {
+    Content {
+        id: &msg.id,
+        client_id: &msg.client_id,
+        metadata: &msg.metadata,
+        body: &msg.body,
+        tags: msg.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect(),
+        timestamp_ns: msg.timestamp_ns,
     }
 }
 
@@ -224,11 +258,13 @@ pub struct Recovered {
     pub meta: Option<Box<QueueMeta>>,
 }
 
-/// The queues' state as a log replays: per queue, the messages still live, by sequence.
+/// The state a log replays to: per queue, the messages still live, by sequence; per
+/// Events-Store channel, its messages since its last deletion, in sequence order.
 #[derive(Debug, Default)]
 pub struct Replay {
     /// By channel name (`Bytes`, so a settlement's borrowed name looks up without a copy).
     queues: AHashMap<Bytes, QueueReplay>,
+    stores: AHashMap<Bytes, Vec<Arc<Message>>>,
     /// Settlements naming no live message (already settled, or noise): ignored.
     pub orphan_settlements: u64,
 }
@@ -240,7 +276,7 @@ struct QueueReplay {
 }
 
 impl Replay {
-    /// Applies one record, in log order. Events-Store records are not queues': ignored here.
+    /// Applies one record, in log order.
     pub fn apply(&mut self, rec: &Record<'_>) {
         match rec {
             Record::QueueMessage(m) => {
@@ -258,8 +294,21 @@ impl Replay {
                     self.orphan_settlements += 1;
                 }
             }
-            Record::StoreMessage(_) => {}
+            Record::StoreMessage(m) => {
+                let channel = Channel(Bytes::copy_from_slice(m.channel));
+                let msg = Message { sequence: m.sequence, ..message_of(channel.clone(), &m.content) };
+                self.stores.entry(channel.0).or_default().push(Arc::new(msg));
+            }
+            Record::StoreDelete { channel } => {
+                self.stores.remove(*channel);
+            }
         }
+    }
+
+    /// The Events-Store channels, each with its messages in the order logged (one owner
+    /// appends them in sequence order), leaving the queues.
+    pub fn take_stores(&mut self) -> impl Iterator<Item = (Channel, Vec<Arc<Message>>)> {
+        std::mem::take(&mut self.stores).into_iter().map(|(name, messages)| (Channel(name), messages))
     }
 
     /// Messages still live, over every queue.
@@ -273,9 +322,8 @@ impl Replay {
     }
 }
 
-fn recovered(channel: Channel, m: &QueueMessage<'_>) -> Recovered {
-    let c = &m.content;
-    let msg = Message {
+fn message_of(channel: Channel, c: &Content<'_>) -> Message {
+    Message {
         id: Bytes::copy_from_slice(c.id),
         channel,
         client_id: Bytes::copy_from_slice(c.client_id),
@@ -284,7 +332,11 @@ fn recovered(channel: Channel, m: &QueueMessage<'_>) -> Recovered {
         tags: Tags(c.tags.iter().map(|(k, v)| (Bytes::copy_from_slice(k), Bytes::copy_from_slice(v))).collect()),
         timestamp_ns: c.timestamp_ns,
         sequence: 0,
-    };
+    }
+}
+
+fn recovered(channel: Channel, m: &QueueMessage<'_>) -> Recovered {
+    let msg = message_of(channel, &m.content);
     let has_meta = m.delayed_to_ns != 0 || m.max_receive != 0 || m.dead_letter.is_some() || m.rerouted_from.is_some();
     let meta = has_meta.then(|| {
         Box::new(QueueMeta {
@@ -347,6 +399,32 @@ mod tests {
         let got: Vec<(u64, &[u8], u32)> = live.iter().map(|r| (r.seq, r.msg.body.as_ref(), r.receive_count)).collect();
         assert_eq!(got, [(2, &b"b"[..], 2), (4, &b"d"[..], 0)]);
         assert_eq!(*live[0].msg, msg("q", "b"), "content survives the round trip");
+    }
+
+    #[test]
+    fn replay_restores_store_channels_since_their_last_deletion() {
+        let mut j = Journal::enabled();
+        let stamped = |channel: &'static str, body: &str, seq: u64| Message { sequence: seq, ..msg(channel, body) };
+        j.stored(&stamped("s", "a", 1));
+        j.stored(&stamped("s", "b", 2));
+        j.stored(&stamped("t", "x", 1));
+        j.store_deleted(&Channel::from_static("t"));
+        j.stored(&stamped("t", "y", 1));
+        j.message(&msg("q", "m"), 1, 0, None);
+        let mut batch = Vec::new();
+        j.take(&mut batch);
+        let mut r = replay(&batch);
+        let mut stores: Vec<(Channel, Vec<(u64, Bytes)>)> =
+            r.take_stores().map(|(c, ms)| (c, ms.iter().map(|m| (m.sequence, m.body.clone())).collect())).collect();
+        stores.sort_by(|a, b| a.0 .0.cmp(&b.0 .0));
+        assert_eq!(
+            stores,
+            [
+                (Channel::from_static("s"), vec![(1, Bytes::from_static(b"a")), (2, Bytes::from_static(b"b"))]),
+                (Channel::from_static("t"), vec![(1, Bytes::from_static(b"y"))]),
+            ]
+        );
+        assert_eq!(r.live(), 1, "the queue's message is still there for the queues");
     }
 
     #[test]

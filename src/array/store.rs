@@ -1,14 +1,18 @@
 //! Events-Store: a per-channel log with 1-based sequence numbers, replayed from a start
-//! position, then live. The log sits behind [`StoreLog`] so persistence can replace the
-//! in-memory implementation without touching delivery.
+//! position, then live. The log sits behind [`StoreLog`] so another implementation (bodies on
+//! disk) can replace the in-memory one without touching delivery. With a store directory every
+//! stamped message and every deletion is also journaled ([`Journal`]), and a restart restores
+//! the channels from the log ([`Store::restore`]).
 use super::events::{Events, Interest};
+use super::persist::Journal;
 use super::Outbox;
 use crate::mesh::msg::{CoreMsg, StartAt, SubRef};
 use crate::model::{Channel, Message, Pattern};
 use ahash::AHashMap;
 use std::sync::Arc;
 
-/// What the Events-Store needs from a log. Sequences start at 1 and have no gaps.
+/// What the Events-Store needs from a log. Sequences start at 1 and only grow; a restored log
+/// may have gaps (a record lost to corruption), which `get` answers with `None`.
 pub trait StoreLog {
     /// Appends and returns the sequence the message got.
     fn append(&mut self, msg: Arc<Message>) -> u64;
@@ -20,30 +24,43 @@ pub trait StoreLog {
     fn first_seq_at_or_after(&self, time_ns: i64) -> u64;
 }
 
-/// In-memory log (the current retention: everything, for the process's life).
+/// In-memory log (the current retention: everything, for the process's life), its messages
+/// in sequence order, each stamped with its sequence.
 #[derive(Default)]
 pub struct MemoryLog {
     messages: Vec<Arc<Message>>,
 }
 
+impl MemoryLog {
+    /// A log of restored messages (sequences increasing, gaps allowed).
+    fn restored(messages: Vec<Arc<Message>>) -> MemoryLog {
+        debug_assert!(messages.windows(2).all(|w| w[0].sequence < w[1].sequence));
+        MemoryLog { messages }
+    }
+}
+
 impl StoreLog for MemoryLog {
     fn append(&mut self, msg: Arc<Message>) -> u64 {
+        let seq = msg.sequence;
         self.messages.push(msg);
-        self.messages.len() as u64
+        seq
     }
     fn get(&self, seq: u64) -> Option<&Arc<Message>> {
-        if seq == 0 {
-            return None;
+        let first = self.messages.first()?.sequence;
+        // Without gaps, sequence `first + i` is at index i; a restored log may have gaps.
+        match self.messages.get(seq.checked_sub(first)? as usize) {
+            Some(m) if m.sequence == seq => Some(m),
+            _ => self.messages.binary_search_by_key(&seq, |m| m.sequence).ok().map(|i| &self.messages[i]),
         }
-        self.messages.get(seq as usize - 1)
     }
     fn last_seq(&self) -> u64 {
-        self.messages.len() as u64
+        self.messages.last().map_or(0, |m| m.sequence)
     }
     fn first_seq_at_or_after(&self, time_ns: i64) -> u64 {
         // Timestamps are assigned by this (single-threaded) owner in append order, so they
         // are non-decreasing and a binary search is valid.
-        self.messages.partition_point(|m| m.timestamp_ns < time_ns) as u64 + 1
+        let i = self.messages.partition_point(|m| m.timestamp_ns < time_ns);
+        self.messages.get(i).map_or(self.last_seq() + 1, |m| m.sequence)
     }
 }
 
@@ -56,9 +73,27 @@ struct StoreChannel {
 #[derive(Default)]
 pub struct Store {
     channels: AHashMap<Channel, StoreChannel>,
+    /// What the core must write to its log (disabled without a store directory).
+    pub journal: Journal,
 }
 
 impl Store {
+    /// Journals what changes the logs, for the core's log.
+    pub fn with_journal(mut self) -> Self {
+        self.journal = Journal::enabled();
+        self
+    }
+
+    /// Restores channels from a log's replay; returns how many messages came back.
+    pub fn restore(&mut self, channels: impl Iterator<Item = (Channel, Vec<Arc<Message>>)>) -> usize {
+        let mut restored = 0;
+        for (name, messages) in channels {
+            restored += messages.len();
+            self.channels.insert(name, StoreChannel { log: MemoryLog::restored(messages), live: Events::default() });
+        }
+        restored
+    }
+
     /// Appends (stamping sequence and time) and delivers to live subscribers.
     pub fn publish(&mut self, msg: Arc<Message>, now_ns: i64, cores: usize, out: &mut Outbox) -> u64 {
         let ch = self.channels.entry(msg.channel.clone()).or_default();
@@ -66,6 +101,7 @@ impl Store {
         stamped.sequence = ch.log.last_seq() + 1;
         stamped.timestamp_ns = now_ns;
         let stamped = Arc::new(stamped);
+        self.journal.stored(&stamped);
         let seq = ch.log.append(Arc::clone(&stamped));
         ch.live.publish(Pattern::EventsStore, &stamped, cores, out);
         seq
@@ -103,6 +139,7 @@ impl Store {
     pub fn delete(&mut self, channel: &Channel) {
         if self.channels.get(channel).is_some_and(|ch| ch.live.is_empty()) {
             self.channels.remove(channel);
+            self.journal.store_deleted(channel);
         }
     }
 
@@ -111,8 +148,8 @@ impl Store {
         self.channels
             .iter()
             .map(|(name, ch)| {
-                let messages = ch.log.last_seq();
-                let bytes = (1..=messages).filter_map(|s| ch.log.get(s)).map(|m| m.body.len() as u64).sum();
+                let messages = ch.log.messages.len() as u64;
+                let bytes = ch.log.messages.iter().map(|m| m.body.len() as u64).sum();
                 crate::mesh::msg::ChannelStats { name: name.clone(), messages, bytes, waiting: 0, subscribers: ch.live.len() as u64 }
             })
             .collect()
@@ -126,6 +163,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::array::log::record::Record;
     use crate::mesh::msg::{ConnId, CoreId, SubNo};
     use bytes::Bytes;
 
@@ -195,6 +233,52 @@ mod tests {
         assert!(out.is_empty());
         s.publish(msg("a"), 1, 1, &mut out);
         assert_eq!(seqs(&out), vec![1]);
+    }
+
+    #[test]
+    fn a_restored_log_with_a_gap_replays_what_it_has_and_goes_on_after_its_highest_sequence() {
+        let at = |seq: u64, ts: i64| Arc::new(Message { sequence: seq, timestamp_ns: ts, ..(*msg("x")).clone() });
+        let mut s = Store::default();
+        let ch = Channel::from_static("audit");
+        assert_eq!(s.restore([(ch.clone(), vec![at(1, 100), at(2, 200), at(4, 400)])].into_iter()), 3);
+        for (start, want) in [
+            (StartAt::First, vec![1, 2, 4]),
+            (StartAt::Sequence(3), vec![4]),
+            (StartAt::Time(250), vec![4]),
+            (StartAt::Time(401), vec![]),
+            (StartAt::Last, vec![4]),
+        ] {
+            let mut out = Outbox::new();
+            s.subscribe(ch.clone(), interest(), start, 0, &mut out);
+            assert_eq!(seqs(&out), want, "{start:?}");
+            s.unsubscribe(&ch, interest().sub);
+        }
+        let mut out = Outbox::new();
+        assert_eq!(s.publish(msg("e"), 500, 1, &mut out), 5, "no sequence is reused");
+        assert_eq!(s.stats()[0].messages, 4);
+    }
+
+    #[test]
+    fn publishes_and_deletions_are_journaled_when_enabled() {
+        let mut s = Store::default().with_journal();
+        let mut out = Outbox::new();
+        s.publish(msg("a"), 1, 1, &mut out);
+        assert!(s.journal.has_pending());
+        s.delete(&Channel::from_static("audit"));
+        let mut batch = Vec::new();
+        s.journal.take(&mut batch);
+        let mut logged = Vec::new();
+        crate::array::log::segment::scan_segment(&batch, |_, rec| {
+            logged.push(match rec {
+                Record::StoreMessage(m) => format!("message {} {}", m.sequence, String::from_utf8_lossy(m.content.body)),
+                Record::StoreDelete { channel } => format!("delete {}", String::from_utf8_lossy(channel)),
+                other => format!("{other:?}"),
+            })
+        });
+        assert_eq!(logged, ["message 1 a", "delete audit"]);
+        let mut plain = Store::default();
+        plain.publish(msg("a"), 1, 1, &mut out);
+        assert!(!plain.journal.has_pending(), "no journal without a store directory");
     }
 
     #[test]

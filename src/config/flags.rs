@@ -260,13 +260,14 @@ pub(super) struct Cli {
 
     /// The persistent embedded array's store directory (created if missing; one subdirectory
     /// per core and a lock file: a second process on the same directory fails at start).
-    /// Queue messages and their settlements are logged there and recovered at start. `off`
-    /// (the current default) keeps queues in memory only. Embedded array only. Env
+    /// Queue messages and their settlements, and Events-Store messages, are logged there and
+    /// recovered at start. `off` (the current default) keeps them in memory only. Embedded
+    /// array only. Env
     /// STORE_STORE_PATH (KubeMQ's name). TOML key: store_dir.
     #[arg(long, value_name = "DIR|off")]
     pub(super) store_dir: Option<String>,
 
-    /// What a persistent queue SEND's RECEIPT (and gRPC send result) waits for: `fsync` (the
+    /// What a persistent queue or store SEND's RECEIPT (and gRPC send result) waits for: `fsync` (the
     /// default: write(2) and fdatasync, survives a power loss) or `write` (write(2) only:
     /// survives kill -9, not a power loss). Env STOMPGATE_STORE_SYNC. TOML key: store_sync.
     #[arg(long, value_name = "fsync|write")]

@@ -77,14 +77,16 @@ pub struct Durable {
 impl Durable {
     /// Restores the shard's queues from `opened` and keeps its log for appends.
     pub(super) fn start(opened: Opened, cfg: &Config, core: CoreId, shard: &mut crate::array::Shard) -> Durable {
-        let Opened { log, replay, recovery } = opened;
+        let Opened { log, mut replay, recovery } = opened;
         let orphans = replay.orphan_settlements;
+        let stored = shard.store.restore(replay.take_stores());
         let restored = shard.queues.restore(replay);
         tracing::info!(
             %core,
             dir = %log.dir().display(),
             records = recovery.records,
             restored,
+            stored,
             orphan_settlements = orphans,
             corrupt_regions = recovery.corrupt_regions,
             unreadable = recovery.unreadable,
@@ -127,7 +129,10 @@ impl Core {
     /// records are pending.
     pub(super) fn hold_for_log(self: &Rc<Self>, out: &mut crate::array::Outbox) {
         let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
-        let pending = shard.borrow().queues.journal.has_pending();
+        let pending = {
+            let shard = shard.borrow();
+            shard.queues.journal.has_pending() || shard.store.journal.has_pending()
+        };
         if !pending && !d.committing.get() {
             return;
         }
@@ -159,7 +164,11 @@ impl Core {
                 }
             }
             let mut batch = std::mem::take(&mut *d.batch.borrow_mut());
-            shard.borrow_mut().queues.journal.take(&mut batch);
+            {
+                let mut shard = shard.borrow_mut();
+                shard.queues.journal.take(&mut batch);
+                shard.store.journal.take_after(&mut batch);
+            }
             let confirms = std::mem::take(&mut *d.held.borrow_mut());
             if batch.is_empty() && confirms.is_empty() {
                 break;

@@ -94,6 +94,7 @@ impl Core {
                     .with_queue_depth_limit(cfg.queue_max_messages, cfg.queue_max_bytes);
                 if let Some(opened) = store {
                     shard.queues = shard.queues.with_journal();
+                    shard.store = std::mem::take(&mut shard.store).with_journal();
                     durable = Some(durable::Durable::start(opened, &cfg, id, &mut shard));
                 }
                 Backend::Embedded(RefCell::new(shard))

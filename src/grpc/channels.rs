@@ -62,6 +62,12 @@ pub async fn handle(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status> 
                 let owner = b.owner_of(pattern, &channel);
                 b.array.send(owner, CoreMsg::DeleteChannel { pattern, channel });
                 b.declared.lock().remove(&(channel_type, name));
+                // The owner confirms a barrier sent after the delete once the delete is done,
+                // and with a store directory once its records are durable (its confirmation
+                // is held for the log like any other): the answer then means deleted for good.
+                if !b.confirm(owner, CoreMsg::Barrier).await {
+                    return Ok(answer(&r, false, "the deletion was not confirmed".into(), Vec::new()));
+                }
             }
             Ok(answer(&r, true, String::new(), Vec::new()))
         }

@@ -1,5 +1,5 @@
 //! The record format of the per-core log: what one queue message, one settlement or one
-//! Events-Store message looks like on disk.
+//! Events-Store message (or deletion) looks like on disk.
 //!
 //! ```text
 //! offset  size  field
@@ -52,6 +52,7 @@ enum Kind {
     QueueRequeue = 3,
     QueueDeadLetter = 4,
     StoreMessage = 5,
+    StoreDelete = 6,
 }
 
 impl Kind {
@@ -62,6 +63,7 @@ impl Kind {
             3 => Kind::QueueRequeue,
             4 => Kind::QueueDeadLetter,
             5 => Kind::StoreMessage,
+            6 => Kind::StoreDelete,
             _ => return None,
         })
     }
@@ -134,6 +136,11 @@ pub enum Record<'a> {
     QueueMessage(QueueMessage<'a>),
     QueueSettle(QueueSettle<'a>),
     StoreMessage(StoreMessage<'a>),
+    /// An Events-Store channel was deleted: its messages are gone, and its next message is
+    /// sequence 1 again.
+    StoreDelete {
+        channel: &'a [u8],
+    },
 }
 
 /// Why bytes are not a record.
@@ -211,6 +218,7 @@ pub fn encoded_len(record: &Record<'_>) -> usize {
                     }
             }
             Record::StoreMessage(m) => bytes(m.channel) + 8 + content(&m.content),
+            Record::StoreDelete { channel } => bytes(channel),
         }
 }
 
@@ -258,6 +266,10 @@ pub fn encode(record: &Record<'_>, buf: &mut Vec<u8>) -> Result<(), TooLarge> {
             put_bytes(buf, m.channel);
             put_u64(buf, m.sequence);
             put_content(buf, &m.content);
+        }
+        Record::StoreDelete { channel } => {
+            buf.push(Kind::StoreDelete as u8);
+            put_bytes(buf, channel);
         }
     }
     debug_assert_eq!(buf.len() - start, total, "encoded_len matches encode");
@@ -326,6 +338,7 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), DecodeError> {
             Record::QueueSettle(QueueSettle { channel, seq, settlement })
         }
         Kind::StoreMessage => Record::StoreMessage(StoreMessage { channel: r.bytes()?, sequence: r.u64()?, content: r.content()? }),
+        Kind::StoreDelete => Record::StoreDelete { channel: r.bytes()? },
     };
     if !r.rest.is_empty() {
         return Err(DecodeError::Malformed);
@@ -484,6 +497,7 @@ mod tests {
             Record::QueueSettle(QueueSettle { channel: b"q", seq: 7, settlement: Settlement::DeadLetter { target: Some(b"q.dlq") } }),
             Record::QueueSettle(QueueSettle { channel: b"q", seq: 8, settlement: Settlement::DeadLetter { target: None } }),
             Record::StoreMessage(StoreMessage { channel: b"prices", sequence: 1_000_001, content: content(&[0xff; 300]) }),
+            Record::StoreDelete { channel: b"prices" },
         ]
     }
 
@@ -643,7 +657,8 @@ mod tests {
             1 => settle(Settlement::Ack),
             2 => settle(Settlement::Requeue { receive_count: n }),
             3 => settle(Settlement::DeadLetter { target: f.options.0.then(|| s(5)) }),
-            _ => Record::StoreMessage(StoreMessage { channel: s(0), sequence: seq, content }),
+            4 => Record::StoreMessage(StoreMessage { channel: s(0), sequence: seq, content }),
+            _ => Record::StoreDelete { channel: s(0) },
         }
     }
 
