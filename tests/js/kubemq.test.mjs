@@ -319,6 +319,23 @@ test('Queues: STOMP SENDs reach kubemq-js peek and pull in order, with their hea
   s.close();
 });
 
+test('Queues: a STOMP message with an empty-valued header reaches kubemq-js pull as an empty tag', {
+  todo: 'same cause as the Events case: kubemq-js 1.2.3 cannot parse the pull answer ("Response message parsing error"), '
+    + 'and as the pull was destructive the message is gone',
+}, async () => {
+  const channel = unique('js-q-empty');
+  const s = await StompTcp.connect(gw.stompPort);
+  const q = sdk(QueuesClient);
+  try {
+    await s.receipted('SEND', { destination: `/queue/${channel}`, empty: '' }, 'with an empty header');
+    const pulled = await q.pull({ channel, maxNumberOfMessages: 1, waitTimeoutSeconds: 1 });
+    assert.deepEqual(pulled.messages.map((m) => [bytes(m.body).toString(), tagsOf(m)]), [['with an empty header', { empty: '' }]]);
+  } finally {
+    q.close();
+    s.close();
+  }
+});
+
 /** Starts a kubemq-js `transaction()` (StreamQueueMessage); `ended` settles when the stream ends. */
 function transaction(q, request) {
   const inbox = new Inbox();
@@ -413,6 +430,34 @@ test('Queues: a kubemq-js transaction message whose visibility runs out goes bac
   await tx.ended;
   const back = await q.pull({ channel, maxNumberOfMessages: 10, waitTimeoutSeconds: 1 });
   assert.deepEqual(back.messages.map((m) => [bytes(m.body).toString(), m.attributes.receiveCount]), [['forgotten', 2]]);
+  q.close();
+  s.close();
+});
+
+test('Queues: a kubemq-js transaction resends its message to another queue, or replaces it, and ends', async () => {
+  const [channel, other] = [unique('js-tx-resend'), unique('js-tx-other')];
+  const s = await StompTcp.connect(gw.stompPort);
+  await s.receipted('SEND', { destination: `/queue/${channel}`, job: '1' }, 'move me');
+  await s.receipted('SEND', { destination: `/queue/${channel}` }, 'replace me');
+  const q = sdk(QueuesClient);
+  const moving = transaction(q, { channel });
+  const t = await moving.inbox.take();
+  assert.equal(bytes(t.message.body).toString(), 'move me');
+  await t.resendToChannel(other);
+  await moving.ended;
+  const replacing = transaction(q, { channel });
+  const t2 = await replacing.inbox.take();
+  assert.equal(bytes(t2.message.body).toString(), 'replace me');
+  await t2.resendNewMessage({ channel: other, body: BINARY, metadata: 'new' });
+  await replacing.ended;
+  assert.deepEqual([...moving.inbox.errors, ...replacing.inbox.errors], []);
+  // The other queue holds the moved message (tags kept) and then the new one; the first is empty.
+  await s.subscribe('other', `/queue/${other}`);
+  const [moved, replaced] = [await s.message('other'), await s.message('other')];
+  assert.deepEqual([moved.body.toString(), moved.headers.job], ['move me', '1']);
+  assert.deepEqual([replaced.body, replaced.headers['x-kubemq-metadata']], [BINARY, 'new']);
+  const left = await q.peek({ channel, maxNumberOfMessages: 10, waitTimeoutSeconds: 1 });
+  assert.equal(left.messages.length, 0, 'both left the first queue');
   q.close();
   s.close();
 });
