@@ -37,7 +37,7 @@ function listening(port, deadline) {
 /** A free TCP port on 127.0.0.1 (for a listener the test starts itself). */
 export { freePort };
 
-/** A running gateway: `url` is its ws:// address; `stop()` ends it. With `{ grpc: true }` its
+/** A running gateway: `url` is its ws:// address, `stompPort` its STOMP TCP port; `stop()` ends it. With `{ grpc: true }` its
  * KubeMQ gRPC API listens too, at `grpcAddr` (the RPC responders of the tests live there). */
 export async function startGateway(extraArgs = [], { grpc = false } = {}) {
   const [stompPort, wsPort, grpcPort] = [await freePort(), await freePort(), grpc ? await freePort() : 0];
@@ -54,6 +54,7 @@ export async function startGateway(extraArgs = [], { grpc = false } = {}) {
   return {
     url: `ws://127.0.0.1:${wsPort}/ws`,
     wsPort,
+    stompPort,
     grpcAddr: grpc ? `127.0.0.1:${grpcPort}` : null,
     stderr: () => stderr,
     stop: async () => { child.kill('SIGTERM'); await exited; },
