@@ -235,7 +235,7 @@ def test_a_command_without_responder_gets_executed_false_and_a_query_no_reply(gw
     try:
         r, addr = dynamic_receiver(c)
         s = c.create_sender(f"commands/{u}")
-        assert send_outcome(s, Message(body=b"x", reply_to=addr, message_id="mid-1")) == (Delivery.ACCEPTED, None)
+        assert send_outcome(s, Message(body=b"x", reply_to=addr, id="mid-1")) == (Delivery.ACCEPTED, None)
         reply = r.receive(timeout=TIMEOUT)
         props = reply.properties or {}
         assert props.get("x-opt-kubemq-executed") is False, props
