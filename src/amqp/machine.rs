@@ -794,7 +794,7 @@ impl Machine {
             Dest::Channel(p @ (Pattern::Commands | Pattern::Queries), channel) => return self.request(ch, unsettled, p, channel, incoming, host, out),
             Dest::Channel(pattern, channel) => (pattern, channel),
             Dest::Responses(token) => return self.respond(ch, unsettled, &token, incoming, host, out),
-            Dest::Dynamic(addr) => return self.to_dynamic(ch, unsettled, addr, incoming, host, out),
+            Dest::Dynamic(addr) => return self.send_to_dynamic(ch, unsettled, addr, incoming, host, out),
         };
         let msg = Arc::new(Message {
             id: host.new_message_id(),
@@ -961,7 +961,7 @@ impl Machine {
 
     /// A message an anonymous sender addressed to a dynamic node: only to one of this
     /// connection's own (seed 002: an unreachable node is `amqp:precondition-failed`).
-    fn to_dynamic(&mut self, ch: u16, id: Option<u32>, addr: DynamicAddress, incoming: mapping::Incoming, host: &dyn Host, out: &mut Out) {
+    fn send_to_dynamic(&mut self, ch: u16, id: Option<u32>, addr: DynamicAddress, incoming: mapping::Incoming, host: &dyn Host, out: &mut Out) {
         let Some(&sub) = self.dynamic.get(&addr).filter(|_| addr.conn == self.s.conn) else {
             return reject(out, ch, id, AmqpError::PreconditionFailed);
         };
