@@ -459,5 +459,21 @@ impl FromStr for DynamicAddress {
     }
 }
 
+/// 128 random bits for a [`DynamicAddress`]'s `id`, from the kernel's CSPRNG (`getrandom(2)`),
+/// so a node's address cannot be guessed from another's. Never fails: should the call ever
+/// come up short, the bits are mixed with the clock and a counter (still unique, less secret).
+pub fn random_id() -> u128 {
+    let mut buf = [0u8; 16];
+    // SAFETY: the pointer and length describe `buf`, which outlives the call.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    let mut id = u128::from_ne_bytes(buf);
+    if n != buf.len() as isize {
+        static FALLBACK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        id ^= nanos.rotate_left(64) ^ u128::from(FALLBACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    }
+    id
+}
+
 #[cfg(test)]
 mod tests;

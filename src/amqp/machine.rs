@@ -15,17 +15,25 @@
 //! (`fit_credit`), accepted/rejected → Ack, released/modified → Nack (requeue, receive count
 //! +1), and a detach or close gives back everything unsettled.
 //!
-//! Not yet: Commands/Queries (RPC, dynamic nodes, `responses/`), the anonymous sender,
-//! selectors, consumer groups, durable Events-Store identities, session-window enforcement,
-//! EXTERNAL, and the idle time-out watchdog on our side (we advertise it; see `tick`).
-use super::address::{judge_attach, Attach as Judge, Node, NodeHint, PeerRole, Permission, ServerRole};
+//! Seed 002's special rows and RPC (§3.6): a dynamic receiver gets a minted
+//! `_amqp10.tmp.<conn>.<uuid>` node of this connection (fed by this connection only, gone with
+//! its link); a null-target sender routes each message by `to` ([`route_to`]) with a Write check
+//! per message; a sender on `commands/`/`queries/` sends requests whose `reply-to` must be one
+//! of this connection's dynamic nodes ([`Machine::deliver_rpc_reply`] brings the outcome); a
+//! receiver there is a responder ([`ResponderOp`], [`Machine::deliver_request`]) answering
+//! through `responses/<core>.<RequestID>` ([`Response`]).
+//!
+//! Not yet: selectors, consumer groups, durable Events-Store identities, session-window
+//! enforcement, EXTERNAL, and the idle time-out watchdog on our side (we advertise it; see
+//! `tick`).
+use super::address::{judge_attach, route_to, Attach as Judge, DynamicAddress, Node, NodeHint, PeerRole, Permission, ServerRole};
 use super::error::AmqpError;
 use super::frame::{self, Frame, FrameDecoder, FrameError, ProtocolHeader, SaslBody};
 use super::mapping;
 use crate::auth::Access;
-use crate::mesh::msg::{Settle, StartAt, SubNo};
+use crate::mesh::msg::{CoreId, RpcOutcome, RpcRequest, Settle, StartAt, SubNo};
 use crate::mesh::op::ArrayOp;
-use crate::model::{Channel, Message, Pattern};
+use crate::model::{Channel, Message, Pattern, Tags};
 use crate::session::Host;
 use ahash::AHashMap;
 use bytes::{Bytes, BytesMut};
@@ -50,6 +58,15 @@ pub struct Settings {
     pub max_unsettled_per_link: u32,
     /// Authentication on: only PLAIN, its password verified by the host.
     pub auth_required: bool,
+    /// This connection's id: the `<conn>` in its dynamic nodes' addresses.
+    pub conn: u64,
+    /// DefaultRpcTimeoutSeconds (§3.1): an RPC request's time-out without `header.ttl`.
+    pub rpc_timeout_s: u64,
+    /// RpcMaxPending (§3.1), per connection (§3.6).
+    pub rpc_max_pending: u32,
+    /// Whether a peer receiver on `commands/…` / `queries/…` can be a responder: the embedded
+    /// array only (a remote array's requests do not reach this gateway's responders).
+    pub responders: bool,
 }
 
 impl Default for Settings {
@@ -62,6 +79,10 @@ impl Default for Settings {
             default_pattern: Pattern::Queues,
             max_unsettled_per_link: 1024,
             auth_required: false,
+            conn: 0,
+            rpc_timeout_s: 30,
+            rpc_max_pending: 512,
+            responders: true,
         }
     }
 }
@@ -75,6 +96,50 @@ pub struct Out {
     pub ops: Vec<(ArrayOp, Option<u64>)>,
     /// Write what is queued, then close.
     pub close: bool,
+    /// Responder links to register with the array or to remove (RPC, §3.6).
+    pub responders: Vec<ResponderOp>,
+    /// Answers written to `responses/<token>`, for the core holding each request.
+    pub responses: Vec<Response>,
+}
+
+/// A responder link (a peer receiver on `commands/<ch>` or `queries/<ch>`) starts or ends.
+/// The requests come back through [`Machine::deliver_request`] with the link's `sub`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ResponderOp {
+    Register { sub: SubNo, pattern: Pattern, channel: Channel },
+    Unregister { sub: SubNo },
+}
+
+/// A responder's answer: `outcome` for request `request_id`, pending at core `owner`.
+#[derive(Debug)]
+pub struct Response {
+    pub owner: CoreId,
+    pub request_id: Bytes,
+    pub outcome: RpcOutcome,
+}
+
+/// The shortest RPC time-out a request's `header.ttl` may ask for, ms (§3.6 clamps the ttl
+/// between "a floor" and 10× the default without naming the floor).
+pub const RPC_TIMEOUT_FLOOR_MS: u64 = 1000;
+
+/// What a server-receiver link's messages go to, or what a server-sender link reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Target {
+    /// The link's (pattern, channel); on `commands/`/`queries/` a server sender is a responder.
+    Channel,
+    /// A null target: each message is routed by its `to` (seed 002, "Anonymous terminus").
+    Anonymous,
+    /// `responses/<token>`: each message answers that request.
+    Responses(Bytes),
+    /// A dynamic node minted for this link (seed 002, "Dynamic terminus").
+    Dynamic(DynamicAddress),
+}
+
+/// Where one incoming message goes once its link (or its `to`) is resolved.
+enum Dest {
+    Channel(Pattern, Channel),
+    Responses(Bytes),
+    Dynamic(DynamicAddress),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +167,7 @@ const TRANSFER_OVERHEAD: usize = 128;
 
 struct Link {
     role: ServerRole,
+    target: Target,
     pattern: Pattern,
     channel: Channel,
     /// Sender side: the array subscriptions that feed this link, each with the prefetch it
@@ -149,6 +215,12 @@ pub struct Machine {
     next_token: u64,
     /// Unsettled incoming transfers waiting for the array: token → (channel, delivery id).
     tokens: AHashMap<u64, (u16, u32)>,
+    /// This connection's dynamic nodes, each read by one link (its subscription number).
+    dynamic: AHashMap<DynamicAddress, SubNo>,
+    /// RPC requests sent and not answered yet (RpcMaxPending, §3.6).
+    rpc_pending: u32,
+    /// Numbers the message ids of RPC replies (`reply-<n>`).
+    next_reply: u64,
 }
 
 impl Machine {
@@ -166,6 +238,9 @@ impl Machine {
             subs: AHashMap::new(),
             next_token: 1,
             tokens: AHashMap::new(),
+            dynamic: AHashMap::new(),
+            rpc_pending: 0,
+            next_reply: 1,
         }
     }
 
@@ -366,7 +441,7 @@ impl Machine {
         frame::write_amqp(&mut out.write, ch, &Performative::End(End { error: None }), &[]);
     }
 
-    fn on_attach(&mut self, ch: u16, a: Attach, host: &dyn Host, out: &mut Out) {
+    fn on_attach(&mut self, ch: u16, mut a: Attach, host: &dyn Host, out: &mut Out) {
         let Some(sess) = self.sessions.get(&ch) else { return self.fail_connection(AmqpError::NotAllowed, out) };
         let handle = a.handle.0;
         if sess.links.contains_key(&handle) {
@@ -401,7 +476,10 @@ impl Machine {
         };
         let node = match judged {
             Ok(plan) => match plan.node {
-                Node::Channel { pattern: p @ (Pattern::Events | Pattern::EventsStore | Pattern::Queues), channel } => {
+                Node::Channel { pattern: Pattern::Commands | Pattern::Queries, .. } if plan.server_role == ServerRole::Sender && !self.s.responders => {
+                    Err(AmqpError::NotImplemented)
+                }
+                Node::Channel { pattern: p @ (Pattern::Events | Pattern::EventsStore | Pattern::Queues | Pattern::Commands | Pattern::Queries), channel } => {
                     // Seed 002's server-role table: a server sender (the peer reads) needs Read
                     // on the node, a server receiver (the peer writes) needs Write. Checked
                     // before anything reaches the array.
@@ -412,24 +490,37 @@ impl Machine {
                     };
                     match access {
                         Some(access) if !self.allowed(host, p, &channel, access) => Err(AmqpError::UnauthorizedAccess),
-                        _ => Ok((plan.server_role, p, channel)),
+                        _ => Ok((plan.server_role, p, channel, Target::Channel)),
                     }
                 }
-                // RPC, responses/, dynamic and anonymous nodes: later slices.
+                // Write-only reply token and null target: no attach-time authorization (seed
+                // 002, *Server role and authorization*); the pattern is only a placeholder.
+                Node::Responses { request_id } => Ok((plan.server_role, Pattern::Commands, Channel::default(), Target::Responses(request_id))),
+                Node::Anonymous => Ok((plan.server_role, Pattern::Queues, Channel::default(), Target::Anonymous)),
+                // A peer receiver's reply node. A dynamic *target* (a node the peer writes to
+                // and nobody can read, since a fixed attach never names a dynamic node) is
+                // refused.
+                Node::MintDynamic if plan.server_role == ServerRole::Sender => {
+                    let addr = DynamicAddress { conn: self.s.conn, id: super::address::random_id() };
+                    if let Some(source) = a.source.as_mut() {
+                        source.address = Some(addr.to_string());
+                    }
+                    Ok((plan.server_role, Pattern::Reply, Channel(Bytes::from(addr.to_string())), Target::Dynamic(addr)))
+                }
                 _ => Err(AmqpError::NotImplemented),
             },
             Err(e) => Err(e),
         };
         // An Events-Store consumer's start position (§3.8), malformed → amqp:invalid-field.
-        let node = node.and_then(|(role, pattern, channel)| {
+        let node = node.and_then(|(role, pattern, channel, target)| {
             let start = match (role, pattern) {
                 (ServerRole::Sender, Pattern::EventsStore) => start_hint(&a, host.now_ns())?,
                 _ => StartAt::NewOnly,
             };
-            Ok((role, pattern, channel, start))
+            Ok((role, pattern, channel, start, target))
         });
         match node {
-            Ok((server_role, pattern, channel, start)) => self.open_link(ch, a, server_role, pattern, channel, start, out),
+            Ok((server_role, pattern, channel, start, target)) => self.open_link(ch, a, server_role, pattern, channel, start, target, out),
             Err(cond) => self.refuse_attach(ch, a, cond, out),
         }
     }
@@ -471,10 +562,11 @@ impl Machine {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn open_link(&mut self, ch: u16, a: Attach, server_role: ServerRole, pattern: Pattern, channel: Channel, start: StartAt, out: &mut Out) {
+    fn open_link(&mut self, ch: u16, a: Attach, server_role: ServerRole, pattern: Pattern, channel: Channel, start: StartAt, target: Target, out: &mut Out) {
         let handle = a.handle.0;
         let mut link = Link {
             role: server_role,
+            target: target.clone(),
             pattern,
             channel: channel.clone(),
             subs: Vec::new(),
@@ -501,6 +593,17 @@ impl Machine {
             // A queue link subscribes once the peer grants credit (`fit_credit`): the array
             // must not hand it messages it has no credit for.
             ServerRole::Sender if pattern == Pattern::Queues => {}
+            // A dynamic node: fed by this connection (replies, anonymous `to`), not the array.
+            ServerRole::Sender if matches!(target, Target::Dynamic(_)) => {
+                let sub = self.new_link_sub(ch, handle, &mut link);
+                if let Target::Dynamic(addr) = target {
+                    self.dynamic.insert(addr, sub);
+                }
+            }
+            ServerRole::Sender if matches!(pattern, Pattern::Commands | Pattern::Queries) => {
+                let sub = self.new_link_sub(ch, handle, &mut link);
+                out.responders.push(ResponderOp::Register { sub, pattern, channel });
+            }
             ServerRole::Sender => {
                 let sub = SubNo(self.next_sub);
                 self.next_sub += 1;
@@ -532,12 +635,29 @@ impl Machine {
         frame::write_amqp(&mut out.write, ch, &Performative::Detach(Detach { handle: d.handle, closed: true, error: None }), &[]);
     }
 
+    /// A subscription number for a link fed by something other than an array subscription
+    /// (a dynamic node, a responder).
+    fn new_link_sub(&mut self, ch: u16, handle: u32, link: &mut Link) -> SubNo {
+        let sub = SubNo(self.next_sub);
+        self.next_sub += 1;
+        link.subs.push((sub, 0));
+        self.subs.insert(sub, (ch, handle));
+        sub
+    }
+
     /// Ends a link's subscriptions; the array gives back what they held unacknowledged
-    /// (sent and unsettled, or still waiting here for credit).
+    /// (sent and unsettled, or still waiting here for credit). A dynamic node goes with its
+    /// link; a responder is unregistered.
     fn drop_link(&mut self, link: Link, out: &mut Out) {
         for (sub, _) in link.subs {
             self.subs.remove(&sub);
-            out.ops.push((ArrayOp::Unsubscribe { sub, pattern: link.pattern, channel: link.channel.clone(), wildcard: false }, None));
+            match (&link.target, link.pattern) {
+                (Target::Dynamic(addr), _) => {
+                    self.dynamic.remove(addr);
+                }
+                (_, Pattern::Commands | Pattern::Queries) => out.responders.push(ResponderOp::Unregister { sub }),
+                _ => out.ops.push((ArrayOp::Unsubscribe { sub, pattern: link.pattern, channel: link.channel.clone(), wildcard: false }, None)),
+            }
         }
     }
 
@@ -635,7 +755,7 @@ impl Machine {
         }
         link.granted = link.granted.saturating_sub(1);
         link.delivery_count = link.delivery_count.wrapping_add(1);
-        let (pattern, channel) = (link.pattern, link.channel.clone());
+        let (pattern, channel, target) = (link.pattern, link.channel.clone(), link.target.clone());
         // Top the peer's credit up once it is half used.
         if link.granted < max_unsettled / 2 {
             link.granted = max_unsettled;
@@ -652,6 +772,29 @@ impl Machine {
                 }
                 return;
             }
+        };
+        let unsettled = id.filter(|_| !settled);
+        let dest = match target {
+            Target::Channel => Dest::Channel(pattern, channel),
+            Target::Responses(token) => Dest::Responses(token),
+            // Seed 002, "Anonymous terminus": the full mapping table on `to`, Write checked
+            // per message; refusals settle the delivery as rejected, the link stays.
+            Target::Anonymous => match route_to(incoming.to.as_deref(), self.s.default_pattern) {
+                Ok(Node::Channel { pattern, channel }) if self.allowed(host, pattern, &channel, Access::Write) => Dest::Channel(pattern, channel),
+                Ok(Node::Channel { .. }) => return reject(out, ch, unsettled, AmqpError::UnauthorizedAccess),
+                Ok(Node::Responses { request_id }) => Dest::Responses(request_id),
+                Ok(Node::Dynamic(addr)) => Dest::Dynamic(addr),
+                Ok(_) => return reject(out, ch, unsettled, AmqpError::PreconditionFailed),
+                Err(e) => return reject(out, ch, unsettled, e.condition()),
+            },
+            // A server sender never receives transfers (checked above).
+            Target::Dynamic(_) => return reject(out, ch, unsettled, AmqpError::PreconditionFailed),
+        };
+        let (pattern, channel) = match dest {
+            Dest::Channel(p @ (Pattern::Commands | Pattern::Queries), channel) => return self.request(ch, unsettled, p, channel, incoming, host, out),
+            Dest::Channel(pattern, channel) => (pattern, channel),
+            Dest::Responses(token) => return self.respond(ch, unsettled, &token, incoming, host, out),
+            Dest::Dynamic(addr) => return self.send_to_dynamic(ch, unsettled, addr, incoming, host, out),
         };
         let msg = Arc::new(Message {
             id: host.new_message_id(),
@@ -739,6 +882,182 @@ impl Machine {
         link.delivery_count = link.delivery_count.wrapping_add(1);
         send_message(sess, ch, handle, msg, true, max_frame, out);
         true
+    }
+
+    /// An RPC request (§3.6) from a sender on `commands/<ch>` / `queries/<ch>` (or an anonymous
+    /// one routed there): its `reply-to` must name a dynamic node of this connection (else
+    /// `amqp:not-allowed`), at most RpcMaxPending may be unanswered (else
+    /// `amqp:resource-limit-exceeded`), the time-out is `header.ttl` clamped to
+    /// [floor, 10× default] or the default. The delivery is accepted once the request is sent;
+    /// the outcome comes to the reply node ([`Machine::deliver_rpc_reply`]).
+    #[allow(clippy::too_many_arguments)]
+    fn request(&mut self, ch: u16, id: Option<u32>, pattern: Pattern, channel: Channel, incoming: mapping::Incoming, host: &dyn Host, out: &mut Out) {
+        let reply_sub = incoming
+            .reply_to
+            .as_deref()
+            .and_then(|r| r.strip_prefix('/').unwrap_or(r).parse::<DynamicAddress>().ok())
+            .filter(|a| a.conn == self.s.conn)
+            .and_then(|a| self.dynamic.get(&a).copied());
+        let Some(reply_sub) = reply_sub else { return reject(out, ch, id, AmqpError::NotAllowed) };
+        if self.rpc_pending >= self.s.rpc_max_pending {
+            return reject(out, ch, id, AmqpError::ResourceLimitExceeded);
+        }
+        let default_ms = self.s.rpc_timeout_s.saturating_mul(1000);
+        let timeout_ms = match incoming.ttl_ms {
+            Some(ttl) => u64::from(ttl).clamp(RPC_TIMEOUT_FLOOR_MS, default_ms.saturating_mul(10).max(RPC_TIMEOUT_FLOOR_MS)),
+            None => default_ms,
+        };
+        self.rpc_pending += 1;
+        let msg = Message {
+            id: host.new_message_id(),
+            channel,
+            client_id: self.client_id.clone(),
+            metadata: Bytes::new(),
+            body: incoming.body,
+            tags: incoming.tags,
+            timestamp_ns: host.now_ns(),
+            sequence: 0,
+        };
+        let correlation_id = incoming.correlation.map(Bytes::from);
+        out.ops.push((ArrayOp::Request { pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id }, None));
+        if let Some(id) = id {
+            write_disposition(&mut out.write, ch, id, DeliveryState::Accepted(Accepted {}));
+        }
+    }
+
+    /// A responder's answer through `responses/<token>` (§3.6): `x-opt-kubemq-executed`
+    /// (absent = true) and `x-opt-kubemq-error` become the outcome, the rest the reply's body
+    /// and tags. A token this gateway did not issue is `amqp:precondition-failed`; a late
+    /// answer is dropped by the core holding the request.
+    fn respond(&mut self, ch: u16, id: Option<u32>, token: &[u8], incoming: mapping::Incoming, host: &dyn Host, out: &mut Out) {
+        let Some((owner, request_id)) = parse_response_token(token) else { return reject(out, ch, id, AmqpError::PreconditionFailed) };
+        let (mut executed, mut error) = (true, Bytes::new());
+        let mut tags = incoming.tags.0;
+        tags.retain(|(k, v)| match k.as_ref() {
+            mapping::EXECUTED => {
+                executed = v.as_ref() != b"false";
+                false
+            }
+            mapping::RPC_ERROR => {
+                error = v.clone();
+                false
+            }
+            _ => true,
+        });
+        let outcome = RpcOutcome::Response {
+            executed: executed && error.is_empty(),
+            error,
+            metadata: Bytes::new(),
+            body: incoming.body,
+            tags: Tags(tags),
+            responder: self.client_id.clone(),
+            timestamp_ns: host.now_ns(),
+        };
+        out.responses.push(Response { owner, request_id, outcome });
+        if let Some(id) = id {
+            write_disposition(&mut out.write, ch, id, DeliveryState::Accepted(Accepted {}));
+        }
+    }
+
+    /// A message an anonymous sender addressed to a dynamic node: only to one of this
+    /// connection's own (seed 002: an unreachable node is `amqp:precondition-failed`).
+    fn send_to_dynamic(&mut self, ch: u16, id: Option<u32>, addr: DynamicAddress, incoming: mapping::Incoming, host: &dyn Host, out: &mut Out) {
+        let Some(&sub) = self.dynamic.get(&addr).filter(|_| addr.conn == self.s.conn) else {
+            return reject(out, ch, id, AmqpError::PreconditionFailed);
+        };
+        let msg = Message {
+            id: host.new_message_id(),
+            channel: Channel(Bytes::from(addr.to_string())),
+            client_id: self.client_id.clone(),
+            metadata: Bytes::new(),
+            body: incoming.body,
+            tags: incoming.tags,
+            timestamp_ns: host.now_ns(),
+            sequence: 0,
+        };
+        if !self.deliver_settled(sub, Arc::new(msg), out) {
+            return reject(out, ch, id, AmqpError::ResourceLimitExceeded);
+        }
+        if let Some(id) = id {
+            write_disposition(&mut out.write, ch, id, DeliveryState::Accepted(Accepted {}));
+        }
+    }
+
+    /// Hands a message to the link of `sub` for a pre-settled delivery as its credit allows,
+    /// waiting there up to MaxUnsettledPerLink. False if the link is gone or full.
+    fn deliver_settled(&mut self, sub: SubNo, msg: Arc<Message>, out: &mut Out) -> bool {
+        let max_frame = self.peer_max_frame as usize;
+        let max_waiting = self.s.max_unsettled_per_link as usize;
+        let Some(&(ch, handle)) = self.subs.get(&sub) else { return false };
+        let Some(sess) = self.sessions.get_mut(&ch) else { return false };
+        let Some(link) = sess.links.get_mut(&handle) else { return false };
+        if self.phase != Phase::Open || link.pending.len() >= max_waiting {
+            return false;
+        }
+        link.pending.push_back((msg, sub, 0));
+        pump(sess, ch, handle, max_frame, out);
+        true
+    }
+
+    /// The outcome of one of this connection's RPC requests, for its reply node `sub` (§3.6):
+    /// a command always gets a reply, with `x-opt-kubemq-executed` and, when non-empty,
+    /// `x-opt-kubemq-error` (a time-out or missing responder is executed=false); a query gets
+    /// the responder's body and tags, and no reply at all when it failed. The correlation-id
+    /// is the request's.
+    pub fn deliver_rpc_reply(&mut self, sub: SubNo, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome, out: &mut Out) {
+        self.rpc_pending = self.rpc_pending.saturating_sub(1);
+        let mut tags = Vec::new();
+        let (body, error, executed) = match outcome {
+            RpcOutcome::Response { executed, error, body, tags: theirs, .. } => {
+                tags.extend(
+                    theirs
+                        .0
+                        .into_iter()
+                        .filter(|(k, _)| !matches!(k.as_ref(), mapping::CORRELATION_ID | mapping::REPLY_TO | mapping::EXECUTED | mapping::RPC_ERROR)),
+                );
+                (body, error, executed)
+            }
+            _ if pattern == Pattern::Queries => return,
+            RpcOutcome::Timeout => (Bytes::new(), Bytes::from_static(b"timeout"), false),
+            RpcOutcome::NoResponder => (Bytes::new(), Bytes::from_static(b"no responder"), false),
+            RpcOutcome::Unavailable => (Bytes::new(), Bytes::from_static(b"unavailable"), false),
+        };
+        if let Some(c) = correlation_id {
+            tags.push((Bytes::from_static(mapping::CORRELATION_ID), c));
+        }
+        if pattern == Pattern::Commands {
+            tags.push((Bytes::from_static(mapping::EXECUTED), Bytes::from_static(if executed { b"true" } else { b"false" })));
+            if !error.is_empty() {
+                tags.push((Bytes::from_static(mapping::RPC_ERROR), error));
+            }
+        }
+        let n = self.next_reply;
+        self.next_reply += 1;
+        let msg = Message {
+            id: Bytes::from(format!("reply-{n}")),
+            channel: Channel::default(),
+            client_id: Bytes::new(),
+            metadata: Bytes::new(),
+            body,
+            tags: Tags(tags),
+            timestamp_ns: 0,
+            sequence: 0,
+        };
+        self.deliver_settled(sub, Arc::new(msg), out);
+    }
+
+    /// A request for the responder link of `sub` (its registration: [`ResponderOp`]), pending
+    /// at core `owner`: delivered pre-settled with `reply-to` = `responses/<owner>.<id>`, the
+    /// token the responder answers through, and the requester's correlation-id (else the
+    /// request's id). Without room on the link it is dropped (the requester times out).
+    pub fn deliver_request(&mut self, sub: SubNo, owner: CoreId, req: RpcRequest, out: &mut Out) -> bool {
+        let token = format!("responses/{}.{}", owner.0, String::from_utf8_lossy(&req.request_id));
+        let correlation = req.correlation_id.clone().unwrap_or_else(|| req.msg.id.clone());
+        let mut tags: Vec<_> = req.msg.tags.0.iter().filter(|(k, _)| !matches!(k.as_ref(), mapping::CORRELATION_ID | mapping::REPLY_TO)).cloned().collect();
+        tags.push((Bytes::from_static(mapping::REPLY_TO), Bytes::from(token)));
+        tags.push((Bytes::from_static(mapping::CORRELATION_ID), correlation));
+        let msg = Message { tags: Tags(tags), ..(*req.msg).clone() };
+        self.deliver_settled(sub, Arc::new(msg), out)
     }
 
     /// A queue delivery: held by the link until credit lets it go. False if the link is gone.
@@ -879,6 +1198,24 @@ fn session_flow(sess: &Sess) -> Flow {
 
 fn link_flow(sess: &Sess, handle: u32, delivery_count: u32, credit: u32, drain: bool) -> Flow {
     Flow { handle: Some(Handle(handle)), delivery_count: Some(delivery_count), link_credit: Some(credit), drain, ..session_flow(sess) }
+}
+
+/// Refuses one incoming delivery: a rejected disposition with `cond` when it was sent
+/// unsettled (a pre-settled one is just dropped). The link stays attached.
+fn reject(out: &mut Out, ch: u16, id: Option<u32>, cond: AmqpError) {
+    if let Some(id) = id {
+        write_disposition(&mut out.write, ch, id, DeliveryState::Rejected(Rejected { error: Some(error(cond)) }));
+    }
+}
+
+/// `<core>.<request id>` from a `responses/` token this gateway issued ([`Machine::deliver_request`]).
+fn parse_response_token(token: &[u8]) -> Option<(CoreId, Bytes)> {
+    let dot = token.iter().position(|&b| b == b'.')?;
+    let core = std::str::from_utf8(&token[..dot]).ok()?;
+    if core.is_empty() || !core.bytes().all(|b| b.is_ascii_digit()) || dot + 1 == token.len() {
+        return None;
+    }
+    Some((CoreId(core.parse().ok()?), Bytes::copy_from_slice(&token[dot + 1..])))
 }
 
 fn write_disposition(out: &mut BytesMut, ch: u16, id: u32, state: DeliveryState) {

@@ -14,8 +14,12 @@ use fe2o3_amqp_types::primitives::{Binary, OrderedMap, SimpleValue, Symbol};
 use serde_amqp::Value;
 
 const CONTENT_TYPE: &[u8] = b"stomp.content-type";
-const CORRELATION_ID: &[u8] = b"stomp.correlation-id";
-const REPLY_TO: &[u8] = b"stomp.reply-to";
+pub const CORRELATION_ID: &[u8] = b"stomp.correlation-id";
+pub const REPLY_TO: &[u8] = b"stomp.reply-to";
+/// An RPC reply's application properties (connector-extra.md §3.6): `x-opt-kubemq-executed`
+/// (a boolean on the wire, `true`/`false` as a tag) and `x-opt-kubemq-error`.
+pub const EXECUTED: &[u8] = b"x-opt-kubemq-executed";
+pub const RPC_ERROR: &[u8] = b"x-opt-kubemq-error";
 /// At most this many custom tags from application-properties (as STOMP's cap).
 const MAX_CUSTOM_TAGS: usize = 32;
 
@@ -26,6 +30,13 @@ pub struct Incoming {
     pub tags: Tags,
     /// `properties.to` (routes a message on an anonymous link).
     pub to: Option<String>,
+    /// `properties.reply-to`: an RPC request's reply node (connector-extra.md §3.6).
+    pub reply_to: Option<String>,
+    /// `properties.correlation-id`, else `properties.message-id`, as text: what an RPC reply
+    /// carries back as its correlation-id (§3.6).
+    pub correlation: Option<String>,
+    /// `header.ttl` in ms: an RPC request's time-out (§3.6).
+    pub ttl_ms: Option<u32>,
 }
 
 /// Why a message was refused: `amqp:decode-error`.
@@ -49,16 +60,23 @@ pub fn decode(bytes: &[u8]) -> Result<Incoming, Undecodable> {
         _ => return Err(Undecodable),
     };
     let mut tags = Vec::new();
-    let mut to = None;
+    let (mut to, mut reply_to, mut correlation) = (None, None, None);
+    let ttl_ms = msg.header.and_then(|h| h.ttl);
     if let Some(p) = msg.properties {
         if let Some(ct) = p.content_type {
             tags.push((Bytes::from_static(CONTENT_TYPE), Bytes::from(ct.0.into_bytes())));
         }
         if let Some(id) = p.correlation_id {
-            tags.push((Bytes::from_static(CORRELATION_ID), Bytes::from(message_id_text(id))));
+            let text = message_id_text(id);
+            tags.push((Bytes::from_static(CORRELATION_ID), Bytes::from(text.clone())));
+            correlation = Some(text);
         }
         if let Some(r) = p.reply_to {
-            tags.push((Bytes::from_static(REPLY_TO), Bytes::from(r.into_bytes())));
+            tags.push((Bytes::from_static(REPLY_TO), Bytes::from(r.clone().into_bytes())));
+            reply_to = Some(r);
+        }
+        if correlation.is_none() {
+            correlation = p.message_id.map(message_id_text);
         }
         to = p.to;
     }
@@ -73,7 +91,7 @@ pub fn decode(bytes: &[u8]) -> Result<Incoming, Undecodable> {
             }
         }
     }
-    Ok(Incoming { body, tags: Tags(tags), to })
+    Ok(Incoming { body, tags: Tags(tags), to, reply_to, correlation, ttl_ms })
 }
 
 fn message_id_text(id: MessageId) -> String {
@@ -101,6 +119,7 @@ fn simple_text(v: SimpleValue) -> Option<String> {
 
 /// Encodes a KubeMQ message for an AMQP receiver: one `Data` section, the message id, and the
 /// tags back as properties / string application-properties.
+/// An RPC reply's [`EXECUTED`] tag goes out as a boolean application property (§3.6).
 pub fn encode(id: &[u8], body: &[u8], tags: &Tags) -> Vec<u8> {
     let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
     let mut props = Properties { message_id: Some(MessageId::String(String::from_utf8_lossy(id).into_owned())), ..Properties::default() };
@@ -110,6 +129,9 @@ pub fn encode(id: &[u8], body: &[u8], tags: &Tags) -> Vec<u8> {
             CONTENT_TYPE => props.content_type = Some(Symbol::from(text(v))),
             CORRELATION_ID => props.correlation_id = Some(MessageId::String(text(v))),
             REPLY_TO => props.reply_to = Some(text(v)),
+            EXECUTED => {
+                app.insert(text(k), SimpleValue::Bool(v.as_ref() == b"true"));
+            }
             _ => {
                 app.insert(text(k), SimpleValue::String(text(v)));
             }

@@ -3,19 +3,20 @@
 //! [`Endpoint`] the core delivers to. Every protocol decision is the machine's; this carries
 //! out its [`Out`]: bytes to write, array operations to submit, close.
 use super::error::AmqpError;
-use super::machine::{Machine, Out, Settings};
+use super::machine::{Machine, Out, ResponderOp, Response, Settings};
+use crate::config::ArrayMode;
 use crate::conn::stream::{self, Stream};
 use crate::engine::endpoint::{Delivery, Endpoint};
 use crate::engine::event::LocalEvent;
 use crate::engine::Core;
-use crate::mesh::msg::{ConnId, CoreId, RpcOutcome, SubNo, Ticket};
-use crate::model::{Message, Pattern};
+use crate::mesh::msg::{ConnId, CoreId, CoreMsg, Mailbox, RpcOutcome, RpcRequest, SubNo, Ticket};
+use crate::model::{Channel, Message, Pattern};
 use crate::session::Host;
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use std::cell::{Cell, RefCell};
 use std::os::fd::RawFd;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,6 +33,10 @@ struct AmqpConn {
     closing: Cell<bool>,
     dead: Cell<bool>,
     peer: Option<std::net::SocketAddr>,
+    /// This connection itself, for the tasks that feed its responder links.
+    me: Weak<AmqpConn>,
+    /// Responder links registered with the array: sub → (pattern, channel, responder id).
+    responders: RefCell<ahash::AHashMap<SubNo, (Pattern, Channel, u64)>>,
 }
 
 /// The machine's view of the process: this core (message ids, clock, JWT verification).
@@ -82,10 +87,54 @@ impl AmqpConn {
         for (op, done) in out.ops {
             core.submit(self.id, op, done);
         }
+        for r in out.responders {
+            self.responder(core, r);
+        }
+        for Response { owner, request_id, outcome } in out.responses {
+            // The token named a core: only one that exists (a forged one is dropped here,
+            // as a late answer is at the owner).
+            if owner.index() < core.cores {
+                core.dispatch(owner, CoreMsg::RpcResponse { pattern: Pattern::Commands, channel: Channel::default(), request_id, outcome: Box::new(outcome) });
+            }
+        }
         if out.close {
             self.closing.set(true);
         }
         self.write_ready.set();
+    }
+}
+
+impl AmqpConn {
+    /// Registers a responder link with the owner core of its channel, as a gRPC responder is
+    /// (`CoreMsg::RegisterResponder`), and feeds the requests it gets to the machine; or
+    /// unregisters it (its request mailbox then closes, which ends the feeding task).
+    fn responder(&self, core: &Rc<Core>, op: ResponderOp) {
+        match op {
+            ResponderOp::Register { sub, pattern, channel } => {
+                let owner = crate::mesh::topology::owner_of(pattern, &channel, core.cores);
+                let responder_id = crate::mesh::confirm::next_external_conn().0;
+                let (requests, rx) = Mailbox::<RpcRequest>::new();
+                self.responders.borrow_mut().insert(sub, (pattern, channel.clone(), responder_id));
+                core.dispatch(owner, CoreMsg::RegisterResponder { pattern, channel, responder_id, group: None, requests });
+                let (me, core) = (self.me.clone(), Rc::clone(core));
+                glommio::spawn_local(async move {
+                    while let Ok(req) = rx.recv_async().await {
+                        let Some(conn) = me.upgrade() else { break };
+                        conn.with_machine(&core, |m, out| {
+                            m.deliver_request(sub, owner, req, out);
+                        });
+                        core.drain_local();
+                    }
+                })
+                .detach();
+            }
+            ResponderOp::Unregister { sub } => {
+                if let Some((pattern, channel, responder_id)) = self.responders.borrow_mut().remove(&sub) {
+                    let owner = crate::mesh::topology::owner_of(pattern, &channel, core.cores);
+                    core.dispatch(owner, CoreMsg::UnregisterResponder { pattern, channel, responder_id });
+                }
+            }
+        }
     }
 }
 
@@ -108,8 +157,10 @@ impl Endpoint for AmqpConn {
         taken
     }
 
-    /// No RPC in this slice: no reply subscriptions exist.
-    fn deliver_rpc_reply(&self, _core: &Rc<Core>, _sub: SubNo, _pattern: Pattern, _correlation_id: Option<Bytes>, _outcome: RpcOutcome) {}
+    /// The outcome of a request this connection sent: to its dynamic reply node.
+    fn deliver_rpc_reply(&self, core: &Rc<Core>, sub: SubNo, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome) {
+        self.with_machine(core, |m, out| m.deliver_rpc_reply(sub, pattern, correlation_id, outcome, out));
+    }
 
     fn completed(&self, core: &Rc<Core>, token: u64) {
         self.with_machine(core, |m, out| m.completed(token, out));
@@ -137,11 +188,14 @@ impl Endpoint for AmqpConn {
 }
 
 /// The settings from the configuration (the rest at KubeMQ's defaults for now).
-fn settings(core: &Core) -> Settings {
+fn settings(core: &Core, conn: ConnId) -> Settings {
     Settings {
         max_frame_size: core.cfg.amqp_max_frame_size,
         max_message_size: core.cfg.amqp_max_message_size,
         auth_required: core.cfg.auth.jwt.is_some(),
+        // Unique in the process: the core in the high bits, the core's connection number below.
+        conn: ((core.id.index() as u64) << 48) | (conn.0 & ((1 << 48) - 1)),
+        responders: core.cfg.array == ArrayMode::Embedded,
         ..Settings::default()
     }
 }
@@ -151,8 +205,8 @@ pub async fn serve(core: Rc<Core>, stream: Stream) {
     let peer = stream.peer_addr();
     let (mut rd, mut wr, fd) = stream::split(stream);
     let id = core.new_conn_id();
-    let machine = Machine::new(settings(&core), Bytes::from(format!("amqp10-{}-{}", core.id, id.0)));
-    let conn = Rc::new(AmqpConn {
+    let machine = Machine::new(settings(&core, id), Bytes::from(format!("amqp10-{}-{}", core.id, id.0)));
+    let conn = Rc::new_cyclic(|me| AmqpConn {
         id,
         fd,
         machine: RefCell::new(machine),
@@ -161,6 +215,8 @@ pub async fn serve(core: Rc<Core>, stream: Stream) {
         closing: Cell::new(false),
         dead: Cell::new(false),
         peer,
+        me: me.clone(),
+        responders: RefCell::new(ahash::AHashMap::new()),
     });
     core.attach(id, Rc::clone(&conn) as Rc<dyn Endpoint>);
     tracing::debug!(core = %core.id, conn = id.0, "amqp connection accepted");

@@ -632,3 +632,303 @@ fn events_store_messages_wait_for_credit_until_the_window_is_full() {
     p.got.extend_from_slice(&out.write);
     assert!(matches!(&p.performatives()[..], [Performative::Detach(d)] if condition(&d.error) == "amqp:resource-limit-exceeded"));
 }
+
+// ---- dynamic termini, the anonymous sender, RPC (seed 002 "Special rows", §3.6) ----
+
+/// A message with the properties RPC and the anonymous terminus read.
+fn props_msg(to: Option<&str>, reply_to: Option<&str>, correlation: Option<&str>, ttl: Option<u32>, app: &[(&str, SimpleValueForTest)]) -> Vec<u8> {
+    use fe2o3_amqp_types::messaging::message::__private::Serializable;
+    use fe2o3_amqp_types::messaging::{ApplicationProperties, Body, Data, Header, MessageId, Properties};
+    use fe2o3_amqp_types::primitives::{OrderedMap, SimpleValue};
+    let props = Properties {
+        to: to.map(str::to_string),
+        reply_to: reply_to.map(str::to_string),
+        correlation_id: correlation.map(|c| MessageId::String(c.to_string())),
+        ..Properties::default()
+    };
+    let mut map = OrderedMap::new();
+    for (k, v) in app {
+        let v = match v {
+            SimpleValueForTest::Bool(b) => SimpleValue::Bool(*b),
+            SimpleValueForTest::Str(s) => SimpleValue::String(s.to_string()),
+        };
+        map.insert(k.to_string(), v);
+    }
+    let msg = fe2o3_amqp_types::messaging::Message {
+        header: ttl.map(|t| Header { ttl: Some(t), ..Header::default() }),
+        delivery_annotations: None,
+        message_annotations: None,
+        properties: Some(props),
+        application_properties: (!app.is_empty()).then_some(ApplicationProperties(map)),
+        body: Body::<serde_amqp::Value>::Data(vec![Data(Binary::from(b"payload".to_vec()))].into()),
+        footer: None,
+    };
+    serde_amqp::to_vec(&Serializable(msg)).unwrap()
+}
+
+enum SimpleValueForTest {
+    Bool(bool),
+    Str(&'static str),
+}
+
+fn dynamic_attach(handle: u32) -> Attach {
+    let mut a = attach(handle, Role::Receiver, "");
+    a.source = Some(Box::new(Source::builder().dynamic(true).build()));
+    a
+}
+
+fn null_target_attach(handle: u32) -> Attach {
+    let mut a = attach(handle, Role::Sender, "");
+    a.target = Some(Box::new(TargetArchetype::Target(Target::builder().build())));
+    a
+}
+
+/// Attaches a dynamic receiver and returns its minted address.
+fn mint(p: &mut Peer, handle: u32) -> String {
+    p.send(0, Performative::Attach(dynamic_attach(handle)), &[]);
+    match &p.performatives()[..] {
+        [Performative::Attach(a)] => a.source.as_ref().and_then(|s| s.address.clone()).expect("the minted address is echoed"),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn rejected_with(p: &mut Peer) -> String {
+    match &p.performatives()[..] {
+        [.., Performative::Disposition(Disposition { state: Some(DeliveryState::Rejected(r)), settled: true, .. })] => condition(&r.error),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_dynamic_receiver_gets_a_minted_address_of_its_connection_removed_on_detach() {
+    let mut p = Peer::opened(Settings { conn: 77, ..Settings::default() });
+    let addr = mint(&mut p, 1);
+    let parsed: DynamicAddress = addr.parse().expect("canonical _amqp10.tmp.<conn>.<uuid>");
+    assert_eq!(parsed.conn, 77);
+    assert_ne!(mint(&mut p, 2), addr, "each node has its own random id");
+    // An anonymous sender reaches it; the message waits for credit, then goes pre-settled.
+    p.send(0, Performative::Attach(null_target_attach(3)), &[]);
+    p.performatives();
+    p.send(0, Performative::Transfer(transfer(3, 0, false, false)), &props_msg(Some(&addr), None, None, None, &[]));
+    assert!(matches!(&p.performatives()[..], [Performative::Disposition(Disposition { state: Some(DeliveryState::Accepted(_)), .. })]));
+    p.send(0, Performative::Flow(credit(1, 5, false)), &[]);
+    match &p.frames()[..] {
+        [Frame::Amqp { performative, payload, .. }] => {
+            assert!(matches!(&**performative, Performative::Transfer(t) if t.settled == Some(true) && t.handle.0 == 1));
+            assert_eq!(&mapping::decode(payload).unwrap().body[..], b"payload");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Detached: the node is gone, a message to it is unroutable.
+    p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
+    p.performatives();
+    p.send(0, Performative::Transfer(transfer(3, 1, false, false)), &props_msg(Some(&addr), None, None, None, &[]));
+    assert_eq!(rejected_with(&mut p), "amqp:precondition-failed");
+    // Another connection's node (conn 78) is just as unreachable.
+    let foreign = DynamicAddress { conn: 78, ..parsed }.to_string();
+    p.send(0, Performative::Transfer(transfer(3, 2, false, false)), &props_msg(Some(&foreign), None, None, None, &[]));
+    assert_eq!(rejected_with(&mut p), "amqp:precondition-failed");
+}
+
+#[test]
+fn a_dynamic_target_is_refused_not_implemented() {
+    let mut p = Peer::opened(Settings::default());
+    let mut a = attach(1, Role::Sender, "");
+    a.target = Some(Box::new(TargetArchetype::Target(Target::builder().dynamic(true).build())));
+    p.send(0, Performative::Attach(a), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-implemented"));
+}
+
+#[test]
+fn an_anonymous_sender_routes_by_to_and_rejects_a_missing_or_bad_one() {
+    let mut p = Peer::opened(Settings::default());
+    let out = p.send(0, Performative::Attach(null_target_attach(1)), &[]);
+    assert!(out.ops.is_empty());
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(a), Performative::Flow(_)] if a.role == Role::Receiver));
+    let out = p.send(0, Performative::Transfer(transfer(1, 0, false, false)), &props_msg(Some("/queues/orders"), None, None, None, &[]));
+    assert!(matches!(&out.ops[..], [(ArrayOp::QueueSend { msg }, Some(_))] if msg.channel == Channel::from_static("orders")), "{:?}", out.ops);
+    let out = p.send(0, Performative::Transfer(transfer(1, 1, false, false)), &props_msg(Some("events/t"), None, None, None, &[]));
+    assert!(matches!(&out.ops[..], [(ArrayOp::Publish { pattern: Pattern::Events, .. }, Some(_))]), "{:?}", out.ops);
+    for (id, to) in [(2, None), (3, Some("nosuch/x")), (4, Some("queues/a b")), (5, Some("responses/"))] {
+        let out = p.send(0, Performative::Transfer(transfer(1, id, false, false)), &props_msg(to, None, None, None, &[]));
+        assert!(out.ops.is_empty(), "{to:?}");
+        assert_eq!(rejected_with(&mut p), "amqp:precondition-failed", "{to:?}");
+    }
+}
+
+#[test]
+fn an_anonymous_sender_is_authorized_per_message() {
+    let host = TestHost { rules: Some(|_, _, channel, access| access == Access::Write && channel.starts_with(b"ok")), ..HOST };
+    let mut p = Peer::opened_with(Settings::default(), host);
+    p.send(0, Performative::Attach(null_target_attach(1)), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Flow(_)]), "no attach-time check");
+    let out = p.send(0, Performative::Transfer(transfer(1, 0, false, false)), &props_msg(Some("queues/secret"), None, None, None, &[]));
+    assert!(out.ops.is_empty());
+    assert_eq!(rejected_with(&mut p), "amqp:unauthorized-access");
+    let out = p.send(0, Performative::Transfer(transfer(1, 1, false, false)), &props_msg(Some("queues/ok"), None, None, None, &[]));
+    assert!(matches!(&out.ops[..], [(ArrayOp::QueueSend { .. }, Some(_))]));
+}
+
+#[test]
+fn a_request_needs_a_reply_node_of_its_connection_and_at_most_rpc_max_pending() {
+    let mut p = Peer::opened(Settings { conn: 5, rpc_max_pending: 1, rpc_timeout_s: 30, ..Settings::default() });
+    let addr = mint(&mut p, 1);
+    p.send(0, Performative::Attach(attach(2, Role::Sender, "commands/svc")), &[]);
+    p.performatives();
+    // No reply-to, a fixed address, another connection's node: not-allowed.
+    let foreign = DynamicAddress { conn: 6, ..addr.parse().unwrap() }.to_string();
+    for (id, reply_to) in [(0, None), (1, Some("queues/r")), (2, Some(foreign.as_str()))] {
+        let out = p.send(0, Performative::Transfer(transfer(2, id, false, false)), &props_msg(None, reply_to, Some("c"), None, &[]));
+        assert!(out.ops.is_empty(), "{reply_to:?}");
+        assert_eq!(rejected_with(&mut p), "amqp:not-allowed", "{reply_to:?}");
+    }
+    // Owned: a request with the ttl clamped to 10x the default, accepted at once.
+    let out = p.send(0, Performative::Transfer(transfer(2, 3, false, false)), &props_msg(None, Some(&addr), Some("corr-1"), Some(u32::MAX), &[]));
+    let reply_sub = match &out.ops[..] {
+        [(ArrayOp::Request { pattern: Pattern::Commands, timeout_ms: 300_000, reply_sub, correlation_id: Some(c), msg }, None)] => {
+            assert_eq!(&c[..], b"corr-1");
+            assert_eq!(msg.channel, Channel::from_static("svc"));
+            *reply_sub
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(&p.performatives()[..], [Performative::Disposition(Disposition { state: Some(DeliveryState::Accepted(_)), .. })]));
+    // RpcMaxPending = 1: the next one is refused until the first is answered.
+    p.send(0, Performative::Transfer(transfer(2, 4, false, false)), &props_msg(None, Some(&addr), Some("corr-2"), Some(1), &[]));
+    assert_eq!(rejected_with(&mut p), "amqp:resource-limit-exceeded");
+    let mut out = Out::default();
+    p.m.deliver_rpc_reply(reply_sub, Pattern::Commands, Some(Bytes::from_static(b"corr-1")), RpcOutcome::Timeout, &mut out);
+    p.got.extend_from_slice(&out.write);
+    p.frames(); // the reply waits for credit on the reply link
+    let out = p.send(0, Performative::Transfer(transfer(2, 5, false, false)), &props_msg(None, Some(&addr), Some("corr-3"), Some(1), &[]));
+    assert!(matches!(&out.ops[..], [(ArrayOp::Request { timeout_ms: RPC_TIMEOUT_FLOOR_MS, .. }, None)]), "ttl clamped up to the floor: {:?}", out.ops);
+}
+
+#[test]
+fn a_command_reply_carries_executed_error_and_the_correlation_id_and_a_failed_query_none() {
+    let mut p = Peer::opened(Settings::default());
+    let addr = mint(&mut p, 1);
+    let sub = *p.m.dynamic.get(&addr.parse().unwrap()).unwrap();
+    p.send(0, Performative::Flow(credit(1, 10, false)), &[]);
+    p.frames();
+    let mut out = Out::default();
+    p.m.deliver_rpc_reply(sub, Pattern::Commands, Some(Bytes::from_static(b"c-9")), RpcOutcome::NoResponder, &mut out);
+    p.m.deliver_rpc_reply(sub, Pattern::Queries, Some(Bytes::from_static(b"q-9")), RpcOutcome::Timeout, &mut out);
+    let ok = RpcOutcome::Response {
+        executed: true,
+        error: Bytes::new(),
+        metadata: Bytes::new(),
+        body: Bytes::from_static(b"answer"),
+        tags: Tags(vec![(Bytes::from_static(b"k"), Bytes::from_static(b"v"))]),
+        responder: Bytes::new(),
+        timestamp_ns: 0,
+    };
+    p.m.deliver_rpc_reply(sub, Pattern::Queries, Some(Bytes::from_static(b"q-10")), ok, &mut out);
+    p.got.extend_from_slice(&out.write);
+    let payloads: Vec<Bytes> = p
+        .frames()
+        .into_iter()
+        .map(|f| match f {
+            Frame::Amqp { payload, .. } => payload,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(payloads.len(), 2, "no reply for the failed query");
+    use fe2o3_amqp_types::messaging::message::__private::Deserializable;
+    use fe2o3_amqp_types::messaging::{Body, MessageId};
+    use fe2o3_amqp_types::primitives::SimpleValue;
+    let decode = |b: &Bytes| serde_amqp::from_slice::<Deserializable<fe2o3_amqp_types::messaging::Message<Body<serde_amqp::Value>>>>(b).unwrap().0;
+    let cmd = decode(&payloads[0]);
+    assert_eq!(cmd.properties.as_ref().unwrap().correlation_id, Some(MessageId::String("c-9".into())));
+    let app = cmd.application_properties.unwrap().0;
+    assert_eq!(app.get("x-opt-kubemq-executed"), Some(&SimpleValue::Bool(false)));
+    assert!(matches!(app.get("x-opt-kubemq-error"), Some(SimpleValue::String(e)) if !e.is_empty()));
+    let query = decode(&payloads[1]);
+    assert_eq!(query.properties.as_ref().unwrap().correlation_id, Some(MessageId::String("q-10".into())));
+    let app = query.application_properties.unwrap().0;
+    assert_eq!(app.get("k"), Some(&SimpleValue::String("v".into())));
+    assert!(app.get("x-opt-kubemq-executed").is_none(), "a query reply is body and tags only");
+}
+
+#[test]
+fn a_responder_registers_gets_requests_with_a_responses_token_and_answers_through_it() {
+    let mut p = Peer::opened(Settings::default());
+    let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "commands/svc")), &[]);
+    let sub = match &out.responders[..] {
+        [ResponderOp::Register { sub, pattern: Pattern::Commands, channel }] if *channel == Channel::from_static("svc") => *sub,
+        other => panic!("{other:?}"),
+    };
+    p.send(0, Performative::Flow(credit(1, 10, false)), &[]);
+    p.frames();
+    let req = RpcRequest {
+        pattern: Pattern::Commands,
+        request_id: Bytes::from_static(b"r-42"),
+        msg: queue_msg(b"question"),
+        timeout_ms: 1000,
+        reply_to: crate::mesh::msg::SubRef { core: CoreId(0), conn: crate::mesh::msg::ConnId(1), sub: SubNo(1) },
+        correlation_id: Some(Bytes::from_static(b"corr")),
+        span: Bytes::new(),
+    };
+    let mut out = Out::default();
+    assert!(p.m.deliver_request(sub, CoreId(1), req, &mut out));
+    p.got.extend_from_slice(&out.write);
+    let got = match &p.frames()[..] {
+        [Frame::Amqp { payload, .. }] => mapping::decode(payload).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(&got.body[..], b"question");
+    assert_eq!(got.reply_to.as_deref(), Some("responses/1.r-42"));
+    assert_eq!(got.correlation.as_deref(), Some("corr"));
+    // The answer, through a fixed-target sender to the token.
+    p.send(0, Performative::Attach(attach(2, Role::Sender, "responses/1.r-42")), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Flow(_)]));
+    let app = [
+        ("x-opt-kubemq-executed", SimpleValueForTest::Bool(false)),
+        ("x-opt-kubemq-error", SimpleValueForTest::Str("boom")),
+        ("t", SimpleValueForTest::Str("v")),
+    ];
+    let out = p.send(0, Performative::Transfer(transfer(2, 0, false, false)), &props_msg(None, None, None, None, &app));
+    match &out.responses[..] {
+        [Response { owner: CoreId(1), request_id, outcome: RpcOutcome::Response { executed: false, error, body, tags, .. } }] => {
+            assert_eq!(&request_id[..], b"r-42");
+            assert_eq!(&error[..], b"boom");
+            assert_eq!(&body[..], b"payload");
+            assert_eq!(tags.0, vec![(Bytes::from_static(b"t"), Bytes::from_static(b"v"))]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A token the gateway did not issue: precondition-failed.
+    p.performatives();
+    p.send(0, Performative::Attach(attach(3, Role::Sender, "responses/not-a-token")), &[]);
+    p.performatives();
+    let out = p.send(0, Performative::Transfer(transfer(3, 1, false, false)), &props_msg(None, None, None, None, &[]));
+    assert!(out.responses.is_empty());
+    assert_eq!(rejected_with(&mut p), "amqp:precondition-failed");
+    // The responder link goes: unregistered.
+    let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
+    assert_eq!(out.responders, vec![ResponderOp::Unregister { sub }]);
+}
+
+#[test]
+fn a_responder_attach_is_refused_without_responder_support_and_a_receiver_on_responses_is_not_allowed() {
+    let mut p = Peer::opened(Settings { responders: false, ..Settings::default() });
+    let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "queries/svc")), &[]);
+    assert!(out.responders.is_empty());
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-implemented"));
+    p.send(0, Performative::Attach(attach(2, Role::Receiver, "responses/abc123")), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-allowed"));
+}
+
+#[test]
+fn response_tokens_parse_only_as_issued() {
+    assert_eq!(parse_response_token(b"3.r-1.x"), Some((CoreId(3), Bytes::from_static(b"r-1.x"))));
+    for bad in [&b""[..], b"3", b"3.", b".r", b"x.r", b"-1.r", b"99999999999999999999999.r"] {
+        assert_eq!(parse_response_token(bad), None, "{:?}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn random_ids_differ() {
+    let ids: std::collections::HashSet<u128> = (0..64).map(|_| crate::amqp::address::random_id()).collect();
+    assert_eq!(ids.len(), 64);
+}
