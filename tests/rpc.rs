@@ -39,6 +39,8 @@ fn ok(body: &str, t: &[(&str, &str)]) -> RpcOutcome {
         tags: tags(t),
         responder: Bytes::new(),
         timestamp_ns: 0,
+        span: Bytes::new(),
+        cache_hit: false,
     }
 }
 
@@ -180,6 +182,8 @@ fn responder_error_is_failed_with_its_text_and_body_kept() {
         tags: tags(&[("x-stage", "2")]),
         responder: Bytes::new(),
         timestamp_ns: 0,
+        span: Bytes::new(),
+        cache_hit: false,
     };
     answer(&server, &req, outcome);
     let m = c.read_messages(1).remove(0);
@@ -291,6 +295,8 @@ fn concurrent_requests_from_both_cores_each_get_their_own_reply() {
                 tags: Tags::default(),
                 responder: Bytes::new(),
                 timestamp_ns: 0,
+                span: Bytes::new(),
+                cache_hit: false,
             };
             assert!(array.respond(req.pattern, req.msg.channel.clone(), req.request_id.clone(), outcome));
         }
