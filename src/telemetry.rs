@@ -47,11 +47,12 @@ pub struct CoreMetrics {
     /// Queue SENDs refused at the depth limit by this core's shard (embedded array only).
     pub queue_sends_refused: Counter,
     pub tls_handshakes_failed: Counter,
+    pub queue_depths: QueueDepths,
 }
 
 impl CoreMetrics {
-    pub fn new(core: crate::mesh::msg::CoreId) -> CoreMetrics {
-        let core = core.to_string();
+    pub fn new(id: crate::mesh::msg::CoreId) -> CoreMetrics {
+        let core = id.to_string();
         CoreMetrics {
             connections_accepted: counter!("stompgate_connections_accepted_total", "core" => core.clone()),
             connections_open: gauge!("stompgate_connections_open", "core" => core.clone()),
@@ -62,7 +63,56 @@ impl CoreMetrics {
             headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core.clone()),
             queue_sends_refused: counter!("stompgate_queue_sends_refused_total", "core" => core.clone()),
             tls_handshakes_failed: counter!("stompgate_tls_handshakes_failed_total", "core" => core),
+            queue_depths: QueueDepths::new(id),
         }
+    }
+}
+
+/// At most this many queue channels per core get their own `channel` label on
+/// `stompgate_queue_depth`: the first ones the core reports, for the process's life (a gone
+/// channel reads 0). The depth of any further channel is added to `channel="_other"`, so a
+/// core exports at most this many + 1 depth series whatever clients name.
+pub const MAX_LABELLED_QUEUES: usize = 100;
+
+/// `stompgate_queue_depth{core, channel}`: ready and delayed messages of the queues a core
+/// owns (embedded array only).
+pub struct QueueDepths {
+    core: String,
+    labelled: std::cell::RefCell<ahash::AHashMap<bytes::Bytes, Gauge>>,
+    other: Gauge,
+}
+
+impl QueueDepths {
+    pub fn new(core: crate::mesh::msg::CoreId) -> QueueDepths {
+        let core = core.to_string();
+        let other = gauge!("stompgate_queue_depth", "core" => core.clone(), "channel" => "_other");
+        QueueDepths { core, labelled: Default::default(), other }
+    }
+
+    /// Sets every gauge from the depths of the queues that exist now.
+    pub fn publish<'a>(&self, depths: impl Iterator<Item = (&'a crate::model::Channel, u64)>) {
+        let mut labelled = self.labelled.borrow_mut();
+        let mut seen = ahash::AHashSet::new();
+        let mut other = 0u64;
+        for (channel, depth) in depths {
+            if !labelled.contains_key(&channel.0) && labelled.len() < MAX_LABELLED_QUEUES {
+                let name = String::from_utf8_lossy(&channel.0).into_owned();
+                labelled.insert(channel.0.clone(), gauge!("stompgate_queue_depth", "core" => self.core.clone(), "channel" => name));
+            }
+            match labelled.get(&channel.0) {
+                Some(g) => {
+                    g.set(depth as f64);
+                    seen.insert(channel.0.clone());
+                }
+                None => other += depth,
+            }
+        }
+        for (name, g) in labelled.iter() {
+            if !seen.contains(name) {
+                g.set(0.0);
+            }
+        }
+        self.other.set(other as f64);
     }
 }
 

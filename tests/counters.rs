@@ -5,5 +5,6 @@
 mod common;
 
 mod grpc_subscriber_drops_counted;
+mod queue_depth_gauge;
 mod queue_refusals_counted;
 mod remote_array_down;

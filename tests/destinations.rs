@@ -382,6 +382,8 @@ fn rpc_reply(server: &TestServer, pattern: Pattern, channel: &str, send_dest: &s
                     tags: Tags::default(),
                     responder: Bytes::new(),
                     timestamp_ns: 0,
+                    span: Bytes::new(),
+                    cache_hit: false,
                 },
             );
         }

@@ -119,6 +119,17 @@ fn every_error_path_has_a_hint_naming_the_rule() {
             "malformed frame",
             &["timeout header", "milliseconds"],
         ),
+        case(
+            "bad cache ttl",
+            v12,
+            [
+                f("SUBSCRIBE", &[("id", "r"), ("destination", "/reply/r")]),
+                f("SEND", &[("destination", "/query/q"), ("reply-to", "/reply/r"), ("x-kubemq-cache-key", "k"), ("x-kubemq-cache-ttl", "ZQX")]),
+            ]
+            .concat(),
+            "malformed frame",
+            &["x-kubemq-cache-ttl", "seconds"],
+        ),
         // SUBSCRIBE / UNSUBSCRIBE.
         case("SUBSCRIBE without destination", v12, f("SUBSCRIBE", &[("id", "ZQX")]), "malformed frame", &["SUBSCRIBE", "destination header"]),
         case("1.1 SUBSCRIBE without id", Connected("1.1"), f("SUBSCRIBE", &[("destination", &topic)]), "malformed frame", &["1.1", "id header", "SUBSCRIBE"]),

@@ -386,3 +386,138 @@ fn channel_management_creates_lists_and_deletes_channels() {
         assert_kubemq_error(&r.error, 108);
     });
 }
+
+// The query cache (kubemq-patterns.md §5.2 "Caching"; kubemq-grpc.md Request CacheKey/CacheTTL
+// in seconds, Response CacheHit/Span): a query with a key and a TTL is answered from the owner
+// core's cache while its answer is fresh, without the responder.
+
+fn cached_query(channel: &str, key: &str, ttl_s: i32, body: &[u8]) -> pb::Request {
+    pb::Request { cache_key: key.into(), cache_ttl: ttl_s, ..request(2, channel, body, 5000) }
+}
+
+#[test]
+fn a_cached_query_is_answered_without_the_responder_until_its_ttl_passes() {
+    let h = GrpcHarness::start();
+    let svc = unique("qcache");
+    h.run(async {
+        let mut c = h.connect().await;
+        let mut responder = subscribe_requests(&mut c, subscription(4, &svc)).await;
+        let mut calls = 0;
+
+        // A miss: the responder answers (with a span), and the requester sees CacheHit false.
+        let sent = cached_query(&svc, "k1", 1, b"q");
+        let call = spawn_request(&c, sent.clone());
+        let got = next(&mut responder).await;
+        calls += 1;
+        assert_eq!((got.cache_key.as_str(), got.cache_ttl), ("k1", 1), "the responder sees the request as sent: {got:?}");
+        respond(&mut c, pb::Response { span: vec![9, 8, 7], ..answer(&got, true, "", b"v1") }).await;
+        let first = outcome(call).await.expect("answered");
+        assert_eq!((first.body.as_slice(), first.cache_hit, first.span.as_slice()), (&b"v1"[..], false, &[9u8, 8, 7][..]));
+
+        // A hit: answered while nobody responds, CacheHit true, the cached answer's fields.
+        let again = cached_query(&svc, "k1", 1, b"q");
+        let hit = outcome(spawn_request(&c, again.clone())).await.expect("answered from the cache");
+        assert_eq!(
+            hit,
+            pb::Response { request_id: again.request_id.clone(), cache_hit: true, ..first.clone() },
+            "the cached answer, under the new request's id"
+        );
+        quiet(&mut responder).await;
+
+        // Another key is a miss.
+        let other = cached_query(&svc, "k2", 1, b"q");
+        let call = spawn_request(&c, other);
+        let got = next(&mut responder).await;
+        calls += 1;
+        assert_eq!(got.cache_key, "k2");
+        respond(&mut c, answer(&got, true, "", b"v2")).await;
+        let r = outcome(call).await.expect("answered");
+        assert_eq!((r.body.as_slice(), r.cache_hit), (&b"v2"[..], false));
+
+        // The TTL (1 s) counts from when the owner stored the answer, which was before `first`
+        // came back: 1.2 s after that, the entry has expired and the responder is asked again.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let call = spawn_request(&c, cached_query(&svc, "k1", 1, b"q"));
+        let got = next(&mut responder).await;
+        calls += 1;
+        respond(&mut c, answer(&got, true, "", b"v3")).await;
+        let r = outcome(call).await.expect("answered");
+        assert_eq!((r.body.as_slice(), r.cache_hit), (&b"v3"[..], false), "expired: a fresh answer");
+        quiet(&mut responder).await;
+        assert_eq!(calls, 3, "the responder was called for the two misses and the expired entry only");
+    });
+}
+
+#[test]
+fn failed_answers_and_commands_are_never_cached() {
+    let h = GrpcHarness::start();
+    let svc = unique("nocache");
+    h.run(async {
+        let mut c = h.connect().await;
+        let mut commands = subscribe_requests(&mut c, subscription(3, &svc)).await;
+        let mut queries = subscribe_requests(&mut c, subscription(4, &svc)).await;
+        for round in 0..2 {
+            // A command with a cache key: the responder gets it every time, CacheHit stays false.
+            let call = spawn_request(&c, pb::Request { cache_key: "k".into(), cache_ttl: 60, ..request(1, &svc, b"do", 5000) });
+            let got = next(&mut commands).await;
+            respond(&mut c, pb::Response { span: vec![1], ..answer(&got, true, "", b"done") }).await;
+            let r = outcome(call).await.expect("answered");
+            assert_eq!((r.executed, r.cache_hit, r.span.as_slice()), (true, false, &[1u8][..]), "round {round}: {r:?}");
+
+            // A query whose answer was not executed: not kept.
+            let call = spawn_request(&c, cached_query(&svc, "k", 60, b"q"));
+            let got = next(&mut queries).await;
+            respond(&mut c, answer(&got, false, "not now", b"")).await;
+            let r = outcome(call).await.expect("answered");
+            assert_eq!((r.executed, r.cache_hit, r.error.as_str()), (false, false, "not now"), "round {round}");
+        }
+        quiet_all(&mut [&mut commands, &mut queries]).await;
+    });
+}
+
+#[test]
+fn a_stomp_query_with_cache_headers_sees_the_cache_hit_header() {
+    // README "Query cache": x-kubemq-cache-key / x-kubemq-cache-ttl on SEND /query/…; an
+    // answer from the cache carries `x-kubemq-cache-hit: true`. In remote-array mode the
+    // gateway passes both to the array, which caches, and maps CacheHit back.
+    let h = GrpcHarness::start();
+    let svc = unique("scache");
+    let mut stomp = h.server.connected();
+    assert!(stomp.subscribe_sync("rs", "/reply/r1", &[]).is_empty());
+    h.run(async {
+        let mut c = h.connect().await;
+        let mut queries = subscribe_requests(&mut c, subscription(4, &svc)).await;
+        let dest = format!("/query/{svc}");
+        let send = |stomp: &mut common::Client, corr: &str, key: &str| {
+            stomp.send(
+                "SEND",
+                &[("destination", &dest), ("reply-to", "/reply/r1"), ("correlation-id", corr), ("x-kubemq-cache-key", key), ("x-kubemq-cache-ttl", "60")],
+                b"q?",
+            );
+        };
+        send(&mut stomp, "c1", "user-7");
+        let got = next(&mut queries).await;
+        assert_eq!((got.cache_key.as_str(), got.cache_ttl), ("user-7", 60), "{got:?}");
+        assert!(!got.tags.keys().any(|k| k.starts_with("x-kubemq-")), "the cache headers are not tags: {got:?}");
+        respond(&mut c, answer(&got, true, "", b"seven")).await;
+        let m = stomp.read_messages(1).remove(0);
+        assert_eq!((m.header("correlation-id"), m.header("x-kubemq-cache-hit"), m.body.as_slice()), (Some("c1"), None, &b"seven"[..]));
+
+        send(&mut stomp, "c2", "user-7");
+        let m = stomp.read_messages(1).remove(0);
+        assert_eq!(
+            (m.header("correlation-id"), m.header("x-kubemq-cache-hit"), m.header("stomp-error"), m.body.as_slice()),
+            (Some("c2"), Some("true"), None, &b"seven"[..])
+        );
+        assert_eq!(m.header("x-kubemq-metadata"), Some("resp-meta"), "the cached answer keeps its metadata");
+
+        // Another key goes to the responder.
+        send(&mut stomp, "c3", "user-8");
+        let got = next(&mut queries).await;
+        assert_eq!(got.cache_key, "user-8");
+        respond(&mut c, answer(&got, true, "", b"eight")).await;
+        let m = stomp.read_messages(1).remove(0);
+        assert_eq!((m.header("correlation-id"), m.header("x-kubemq-cache-hit"), m.body.as_slice()), (Some("c3"), None, &b"eight"[..]));
+        quiet(&mut queries).await;
+    });
+}

@@ -146,9 +146,10 @@ proptest! {
     fn responses_keep_every_field(
         executed in any::<bool>(), error in text(), metadata in text(),
         body in prop::collection::vec(any::<u8>(), 0..32), tags in tags_map(), client in text(), ts in any::<i64>(),
+        span in prop::collection::vec(any::<u8>(), 0..16), hit in any::<bool>(),
     ) {
-        let r = pb::Response { client_id: client.clone(), executed, error: error.clone(), metadata: metadata.clone(), body: body.clone(), tags: tags.clone(), timestamp: ts, ..Default::default() };
-        let RpcOutcome::Response { executed: e, error: err, metadata: m, body: b, tags: t, responder, timestamp_ns } = convert::outcome_of_response(r) else {
+        let r = pb::Response { client_id: client.clone(), executed, error: error.clone(), metadata: metadata.clone(), body: body.clone(), tags: tags.clone(), timestamp: ts, span: span.clone(), cache_hit: hit, ..Default::default() };
+        let RpcOutcome::Response { executed: e, error: err, metadata: m, body: b, tags: t, responder, timestamp_ns, span: sp, cache_hit } = convert::outcome_of_response(r) else {
             return Err(TestCaseError::fail("a response is a Response"));
         };
         prop_assert_eq!(e, executed);
@@ -158,6 +159,8 @@ proptest! {
         prop_assert_eq!(convert::tags_to_map(&t), tags);
         prop_assert_eq!(&responder[..], client.as_bytes());
         prop_assert_eq!(timestamp_ns, ts);
+        prop_assert_eq!(&sp[..], &span[..]);
+        prop_assert_eq!(cache_hit, hit);
     }
 
     /// Text fields survive bytes ⇄ string exactly when they are UTF-8 (all gRPC text is).

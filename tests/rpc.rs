@@ -15,7 +15,7 @@ use common::flow::*;
 use common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use stompgate::mesh::msg::{RpcOutcome, RpcRequest};
+use stompgate::mesh::msg::{CacheSpec, RpcOutcome, RpcRequest};
 use stompgate::model::{Channel, Pattern, Tags};
 
 fn service() -> String {
@@ -39,6 +39,8 @@ fn ok(body: &str, t: &[(&str, &str)]) -> RpcOutcome {
         tags: tags(t),
         responder: Bytes::new(),
         timestamp_ns: 0,
+        span: Bytes::new(),
+        cache_hit: false,
     }
 }
 
@@ -180,6 +182,8 @@ fn responder_error_is_failed_with_its_text_and_body_kept() {
         tags: tags(&[("x-stage", "2")]),
         responder: Bytes::new(),
         timestamp_ns: 0,
+        span: Bytes::new(),
+        cache_hit: false,
     };
     answer(&server, &req, outcome);
     let m = c.read_messages(1).remove(0);
@@ -291,6 +295,8 @@ fn concurrent_requests_from_both_cores_each_get_their_own_reply() {
                 tags: Tags::default(),
                 responder: Bytes::new(),
                 timestamp_ns: 0,
+                span: Bytes::new(),
+                cache_hit: false,
             };
             assert!(array.respond(req.pattern, req.msg.channel.clone(), req.request_id.clone(), outcome));
         }
@@ -319,4 +325,111 @@ fn concurrent_requests_from_both_cores_each_get_their_own_reply() {
         c.no_frame(Duration::from_millis(100));
     }
     responder.join().unwrap();
+}
+
+// The query cache (README "Query cache"): `x-kubemq-cache-key` and `x-kubemq-cache-ttl`
+// (seconds) on a query; a fresh cached answer comes back with `x-kubemq-cache-hit: true`
+// without the responder. The responder's queue counts its invocations: a request the owner
+// hands to it is in `rx` before any reply to it is written.
+
+fn cached(c: &mut Client, svc: &str, corr: &str, key: &str, ttl: &str) {
+    c.send(
+        "SEND",
+        &[
+            ("destination", &format!("/query/{svc}")),
+            ("reply-to", "/reply/r1"),
+            ("correlation-id", corr),
+            ("x-kubemq-cache-key", key),
+            ("x-kubemq-cache-ttl", ttl),
+        ],
+        b"q",
+    );
+}
+
+#[test]
+fn a_cached_query_is_answered_from_the_cache_until_its_ttl() {
+    let server = TestServer::start();
+    let svc = service();
+    let rx = forwarding_responder(&server, Pattern::Queries, &svc);
+    let mut c = requester(&server);
+
+    cached(&mut c, &svc, "c1", "k1", "1");
+    let req = next_request(&rx);
+    assert_eq!(req.cache, Some(CacheSpec { key: Bytes::from_static(b"k1"), ttl_s: 1 }), "the owner sees the cache key and ttl");
+    answer(&server, &req, ok("v1", &[("x-t", "1")]));
+    let m = c.read_messages(1).remove(0);
+    let stored_by = Instant::now();
+    assert_eq!((m.header("correlation-id"), m.header("x-kubemq-cache-hit"), m.body_str()), (Some("c1"), None, "v1"));
+
+    cached(&mut c, &svc, "c2", "k1", "1");
+    let m = c.read_messages(1).remove(0);
+    assert_eq!((m.header("correlation-id"), m.header("x-kubemq-cache-hit"), m.header("x-t"), m.body_str()), (Some("c2"), Some("true"), Some("1"), "v1"));
+    assert!(rx.try_recv().is_err(), "a hit never reaches the responder");
+
+    // Another key, and the same key on another channel, are misses.
+    cached(&mut c, &svc, "c3", "k2", "1");
+    answer(&server, &next_request(&rx), ok("v2", &[]));
+    let m = c.read_messages(1).remove(0);
+    assert_eq!((m.header("x-kubemq-cache-hit"), m.body_str()), (None, "v2"));
+    let other = service();
+    let rx_other = forwarding_responder(&server, Pattern::Queries, &other);
+    cached(&mut c, &other, "c4", "k1", "1");
+    answer(&server, &next_request(&rx_other), ok("elsewhere", &[]));
+    assert_eq!(c.read_messages(1).remove(0).body_str(), "elsewhere");
+
+    // 1 s after the answer was stored (before its reply was read), the entry has expired.
+    std::thread::sleep(Duration::from_millis(1200).saturating_sub(stored_by.elapsed()));
+    cached(&mut c, &svc, "c5", "k1", "1");
+    answer(&server, &next_request(&rx), ok("v3", &[]));
+    let m = c.read_messages(1).remove(0);
+    assert_eq!((m.header("correlation-id"), m.header("x-kubemq-cache-hit"), m.body_str()), (Some("c5"), None, "v3"));
+    assert!(rx.try_recv().is_err());
+}
+
+#[test]
+fn queries_without_cache_headers_and_commands_are_never_cached() {
+    let server = TestServer::start();
+    let svc = service();
+    let queries = forwarding_responder(&server, Pattern::Queries, &svc);
+    let commands = forwarding_responder(&server, Pattern::Commands, &svc);
+    let mut c = requester(&server);
+    for round in 0..2 {
+        c.send("SEND", &[("destination", &format!("/query/{svc}")), ("reply-to", "/reply/r1")], b"q");
+        let req = next_request(&queries);
+        assert_eq!(req.cache, None);
+        answer(&server, &req, ok("plain", &[]));
+        assert_eq!(c.read_messages(1).remove(0).header("x-kubemq-cache-hit"), None, "round {round}");
+
+        c.send(
+            "SEND",
+            &[("destination", &format!("/command/{svc}")), ("reply-to", "/reply/r1"), ("x-kubemq-cache-key", "k"), ("x-kubemq-cache-ttl", "60")],
+            b"do",
+        );
+        let req = next_request(&commands);
+        assert_eq!(req.cache, None, "a command's cache headers are ignored");
+        answer(&server, &req, ok("done", &[]));
+        let m = c.read_messages(1).remove(0);
+        assert_eq!((m.header("x-kubemq-executed"), m.header("x-kubemq-cache-hit")), (Some("true"), None), "round {round}");
+    }
+}
+
+#[test]
+fn a_bad_cache_ttl_is_a_malformed_frame_with_a_hint() {
+    let server = TestServer::start();
+    let svc = service();
+    let with = |headers: &[(&'static str, &'static str)]| {
+        let mut c = requester(&server);
+        let dest = format!("/query/{svc}");
+        let mut all = vec![("destination", dest.as_str()), ("reply-to", "/reply/r1")];
+        all.extend_from_slice(headers);
+        c.send("SEND", &all, b"q");
+        let e = c.expect_error_then_close("malformed frame");
+        let hint = String::from_utf8_lossy(&e.body).to_string();
+        assert!(hint.contains("x-kubemq-cache-ttl") && hint.contains("seconds"), "{headers:?}: {hint}");
+    };
+    for ttl in ["0", "-1", "1.5", "soon", "", "2147483648"] {
+        with(&[("x-kubemq-cache-key", "k"), ("x-kubemq-cache-ttl", ttl)]);
+    }
+    with(&[("x-kubemq-cache-key", "k")]);
+    with(&[("x-kubemq-cache-ttl", "abc")]);
 }

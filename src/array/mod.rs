@@ -6,6 +6,7 @@
 //! A shard does no I/O: each operation appends the messages it produces to an [`Outbox`]
 //! (target core + `CoreMsg`), which the core then dispatches. That keeps this ring testable
 //! without sockets or executors.
+pub mod cache;
 pub mod events;
 pub mod log;
 pub mod persist;

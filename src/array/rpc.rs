@@ -1,8 +1,13 @@
 //! Commands / Queries on the owner core: responders attached to a channel, requests waiting for
 //! their answer, and timeouts. STOMP is requester-only (seed 003); responders attach through
 //! the array API (`CoreMsg::RegisterResponder`), which the gRPC side uses.
+//!
+//! Queries with a cache key are answered from this core's [`QueryCache`] when it holds an
+//! unexpired answer (`cache_hit: true`, no responder called); otherwise their executed answer
+//! is cached for the request's TTL. Commands never touch the cache.
+use super::cache::QueryCache;
 use super::Outbox;
-use crate::mesh::msg::{CoreId, CoreMsg, Mailbox, RpcOutcome, RpcRequest};
+use crate::mesh::msg::{CacheSpec, CoreId, CoreMsg, Mailbox, RpcOutcome, RpcRequest};
 use crate::model::{Channel, Pattern};
 use ahash::AHashMap;
 use bytes::Bytes;
@@ -33,6 +38,7 @@ pub struct Rpc {
     /// Deadlines in order; an entry whose request was answered is skipped on expiry.
     by_deadline: BTreeMap<(Instant, u64), Bytes>,
     seq: u64,
+    cache: QueryCache,
 }
 
 impl Rpc {
@@ -70,6 +76,12 @@ impl Rpc {
     /// responder whose queue is gone is dropped (for a group, the next member is tried). No
     /// responder → `no-responder` at once.
     pub fn request(&mut self, req: RpcRequest, now: Instant, out: &mut Outbox) {
+        if let Some(cache) = cache_of(&req) {
+            if let Some(hit) = self.cache.get(&req.msg.channel, &cache.key, now) {
+                out.push(reply(&req, with_cache_hit(hit)));
+                return;
+            }
+        }
         let key = (req.pattern, req.msg.channel.clone());
         let mut handed = false;
         if let Some(e) = self.responders.get_mut(&key) {
@@ -116,9 +128,13 @@ impl Rpc {
 
     /// A responder's answer. A late or unknown answer is dropped (the requester already got
     /// `timeout`).
-    pub fn respond(&mut self, request_id: &[u8], outcome: RpcOutcome, out: &mut Outbox) -> bool {
+    pub fn respond(&mut self, request_id: &[u8], outcome: RpcOutcome, now: Instant, out: &mut Outbox) -> bool {
         match self.pending.remove(request_id) {
             Some(p) => {
+                if let Some(cache) = cache_of(&p.req) {
+                    let ttl = Duration::from_secs(u64::from(cache.ttl_s));
+                    self.cache.put(p.req.msg.channel.clone(), cache.key.clone(), outcome.clone(), ttl, now);
+                }
                 out.push(reply(&p.req, outcome));
                 true
             }
@@ -126,7 +142,9 @@ impl Rpc {
         }
     }
 
+    /// Times out unanswered requests and drops expired cache entries.
     pub fn expire(&mut self, now: Instant, out: &mut Outbox) {
+        self.cache.expire(now);
         while let Some((&(deadline, seq), _)) = self.by_deadline.iter().next() {
             if deadline > now {
                 break;
@@ -139,6 +157,20 @@ impl Rpc {
                 }
             }
         }
+    }
+}
+
+/// The cache a request uses: queries with a key and a TTL only.
+fn cache_of(req: &RpcRequest) -> Option<&CacheSpec> {
+    req.cache.as_ref().filter(|c| req.pattern == Pattern::Queries && !c.key.is_empty() && c.ttl_s > 0)
+}
+
+fn with_cache_hit(outcome: RpcOutcome) -> RpcOutcome {
+    match outcome {
+        RpcOutcome::Response { executed, error, metadata, body, tags, responder, timestamp_ns, span, .. } => {
+            RpcOutcome::Response { executed, error, metadata, body, tags, responder, timestamp_ns, span, cache_hit: true }
+        }
+        other => other,
     }
 }
 
@@ -174,6 +206,7 @@ mod tests {
             reply_to: SubRef { core: CoreId(1), conn: ConnId(7), sub: SubNo(3) },
             correlation_id: Some(Bytes::from_static(b"c1")),
             span: Bytes::new(),
+            cache: None,
         }
     }
     fn outcome(out: &Outbox) -> Vec<RpcOutcome> {
@@ -217,11 +250,13 @@ mod tests {
             tags: Default::default(),
             responder: Bytes::new(),
             timestamp_ns: 0,
+            span: Bytes::from_static(b"trace"),
+            cache_hit: false,
         };
-        assert!(rpc.respond(b"r1", answer.clone(), &mut out));
+        assert!(rpc.respond(b"r1", answer.clone(), Instant::now(), &mut out));
         assert_eq!(outcome(&out), vec![answer]);
         // a second (late) answer is dropped
-        assert!(!rpc.respond(b"r1", RpcOutcome::Timeout, &mut out));
+        assert!(!rpc.respond(b"r1", RpcOutcome::Timeout, Instant::now(), &mut out));
     }
 
     #[test]
@@ -249,5 +284,70 @@ mod tests {
         rpc.request(req("r1", 500), Instant::now(), &mut out);
         assert_eq!(outcome(&out), vec![RpcOutcome::NoResponder]);
         assert!(rpc.responders.is_empty());
+    }
+
+    fn cached(pattern: Pattern, id: &'static str, key: &'static str) -> RpcRequest {
+        RpcRequest { pattern, cache: Some(CacheSpec { key: Bytes::from_static(key.as_bytes()), ttl_s: 1 }), ..req(id, 1000) }
+    }
+
+    fn executed(body: &'static str) -> RpcOutcome {
+        answered(true, body)
+    }
+    fn answered(executed: bool, body: &'static str) -> RpcOutcome {
+        RpcOutcome::Response {
+            executed,
+            error: Bytes::new(),
+            metadata: Bytes::new(),
+            body: Bytes::from_static(body.as_bytes()),
+            tags: Default::default(),
+            responder: Bytes::from_static(b"resp"),
+            timestamp_ns: 5,
+            span: Bytes::from_static(b"sp"),
+            cache_hit: false,
+        }
+    }
+
+    #[test]
+    fn a_cached_query_is_answered_without_its_responder_until_the_ttl() {
+        let mut rpc = Rpc::default();
+        let (requests, seen) = Mailbox::new();
+        rpc.register(Pattern::Queries, Channel::from_static("svc"), 1, None, requests);
+        let t0 = Instant::now();
+        let mut out = Outbox::new();
+        rpc.request(cached(Pattern::Queries, "r1", "k"), t0, &mut out);
+        assert!(seen.try_recv().is_ok(), "a miss goes to the responder");
+        assert!(rpc.respond(b"r1", executed("v1"), t0, &mut out));
+        out.clear();
+        rpc.request(cached(Pattern::Queries, "r2", "k"), t0 + Duration::from_millis(999), &mut out);
+        assert!(seen.try_recv().is_err(), "a hit does not reach the responder");
+        let got = outcome(&out);
+        let RpcOutcome::Response { body, cache_hit, span, .. } = &got[0] else { panic!("{got:?}") };
+        assert_eq!((&body[..], *cache_hit, &span[..]), (&b"v1"[..], true, &b"sp"[..]));
+        assert_eq!(rpc.pending(), 0);
+        out.clear();
+        rpc.expire(t0 + Duration::from_secs(1), &mut out);
+        rpc.request(cached(Pattern::Queries, "r3", "k"), t0 + Duration::from_secs(1), &mut out);
+        assert!(seen.try_recv().is_ok(), "expired: the responder is asked again");
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn commands_and_failed_answers_are_not_cached() {
+        let mut rpc = Rpc::default();
+        let (requests, seen) = Mailbox::new();
+        rpc.register(Pattern::Commands, Channel::from_static("svc"), 1, None, requests);
+        let (qrequests, qseen) = Mailbox::new();
+        rpc.register(Pattern::Queries, Channel::from_static("svc"), 2, None, qrequests);
+        let t0 = Instant::now();
+        let mut out = Outbox::new();
+        rpc.request(cached(Pattern::Commands, "c1", "k"), t0, &mut out);
+        assert!(rpc.respond(b"c1", executed("v1"), t0, &mut out));
+        rpc.request(cached(Pattern::Commands, "c2", "k"), t0, &mut out);
+        assert_eq!(seen.try_iter().count(), 2, "both commands reached the responder");
+        let failed = answered(false, "no");
+        rpc.request(cached(Pattern::Queries, "q1", "k"), t0, &mut out);
+        assert!(rpc.respond(b"q1", failed, t0, &mut out));
+        rpc.request(cached(Pattern::Queries, "q2", "k"), t0, &mut out);
+        assert_eq!(qseen.try_iter().count(), 2, "a failed answer is not cached");
     }
 }

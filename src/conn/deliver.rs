@@ -187,9 +187,12 @@ pub fn rpc_reply(conn: &Conn, core: &Core, n: SubNo, pattern: Pattern, correlati
             version,
             &head,
             |w| match &outcome {
-                RpcOutcome::Response { executed, error, metadata, tags, .. } => {
+                RpcOutcome::Response { executed, error, metadata, tags, cache_hit, .. } => {
                     if pattern == Pattern::Commands {
                         w.header(b"x-kubemq-executed", if *executed { b"true" } else { b"false" });
+                    }
+                    if *cache_hit && pattern == Pattern::Queries {
+                        w.header(b"x-kubemq-cache-hit", b"true");
                     }
                     if !error.is_empty() {
                         w.header(b"stomp-error", b"failed");

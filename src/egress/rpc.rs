@@ -24,6 +24,10 @@ pub fn request(w: Rc<Worker>, req: RpcRequest) {
             body: msg.body.to_vec(),
             timeout: req.timeout_ms.clamp(1, i32::MAX as u64) as i32,
             tags: tags_to_map(&msg.tags),
+            // The array caches the query's answer and marks a hit in `CacheHit`.
+            cache_key: req.cache.as_ref().map(|c| string_of(&c.key)).unwrap_or_default(),
+            cache_ttl: req.cache.as_ref().map_or(0, |c| c.ttl_s.min(i32::MAX as u32) as i32),
+            span: req.span.to_vec(),
             ..Default::default()
         };
         let mut client = w.client.clone();

@@ -132,7 +132,7 @@ impl Backend {
             }
             CoreMsg::RpcRequest(req) => shard.borrow_mut().rpc.request(*req, Instant::now(), out),
             CoreMsg::RpcResponse { request_id, outcome, .. } => {
-                shard.borrow_mut().rpc.respond(&request_id, *outcome, out);
+                shard.borrow_mut().rpc.respond(&request_id, *outcome, Instant::now(), out);
             }
             CoreMsg::RegisterResponder { pattern, channel, responder_id, group, requests } => {
                 shard.borrow_mut().rpc.register(pattern, channel, responder_id, group, requests)
@@ -173,7 +173,7 @@ pub fn message_for(op: ArrayOp, at: SubRef, done: Option<Ticket>) -> Option<Core
         }
         ArrayOp::Unsubscribe { sub: n, pattern, channel, wildcard } => CoreMsg::Unsubscribe { pattern, channel, wildcard, sub: sub(n), done },
         ArrayOp::Settle { sub: n, channel, tags, action } => CoreMsg::QueueSettle { channel, sub: sub(n), tags, action, done },
-        ArrayOp::Request { pattern, msg, timeout_ms, reply_sub, correlation_id } => CoreMsg::RpcRequest(Box::new(crate::mesh::msg::RpcRequest {
+        ArrayOp::Request { pattern, msg, timeout_ms, reply_sub, correlation_id, cache } => CoreMsg::RpcRequest(Box::new(crate::mesh::msg::RpcRequest {
             pattern,
             request_id: msg.id.clone(),
             msg,
@@ -181,6 +181,7 @@ pub fn message_for(op: ArrayOp, at: SubRef, done: Option<Ticket>) -> Option<Core
             reply_to: sub(reply_sub),
             correlation_id,
             span: bytes::Bytes::new(),
+            cache,
         })),
         ArrayOp::Barrier => CoreMsg::Barrier(done?),
     })

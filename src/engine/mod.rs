@@ -346,7 +346,10 @@ impl Core {
         t.mesh_events_dropped.absolute(m.mesh_events_dropped.get());
         t.headers_dropped.absolute(m.headers_dropped.get());
         if let Backend::Embedded(shard) = &self.backend {
-            t.queue_sends_refused.absolute(shard.borrow().queues.refused_total());
+            let shard = shard.borrow();
+            t.queue_sends_refused.absolute(shard.queues.refused_total());
+            let stats = shard.queues.stats();
+            t.queue_depths.publish(stats.iter().map(|c| (&c.name, c.waiting)));
         }
         t.tls_handshakes_failed.absolute(m.tls_handshakes_failed.get());
     }

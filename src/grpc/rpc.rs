@@ -10,7 +10,7 @@
 use super::bridge::{Bridge, OnDrop};
 use super::stream::MailboxStream;
 use super::{pb, validate, BoxStream};
-use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, Mailbox, RpcOutcome, RpcRequest, SubNo, SubRef};
+use crate::mesh::msg::{CacheSpec, CoreId, CoreMsg, ExternalSink, Mailbox, RpcOutcome, RpcRequest, SubNo, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
 use bytes::Bytes;
@@ -58,7 +58,8 @@ fn request_for_responder(owner: CoreId, req: &RpcRequest) -> pb::Request {
         timeout: req.timeout_ms.min(i32::MAX as u64) as i32,
         tags: tags_to_map(&msg.tags),
         span: req.span.to_vec(),
-        ..Default::default()
+        cache_key: req.cache.as_ref().map(|c| string_of(&c.key)).unwrap_or_default(),
+        cache_ttl: req.cache.as_ref().map_or(0, |c| c.ttl_s.min(i32::MAX as u32) as i32),
     }
 }
 
@@ -139,6 +140,8 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
     // An empty request is accepted (not KubeMQ's Error 115), like an empty event.
     let client_request_id = if r.request_id.is_empty() { b.unique_id("r") } else { r.request_id };
     let timeout_ms = r.timeout as u64;
+    // Only queries are cached; a command's key is ignored, as in KubeMQ.
+    let cache = (pattern == Pattern::Queries && !r.cache_key.is_empty()).then(|| CacheSpec { key: bytes_of(r.cache_key), ttl_s: r.cache_ttl as u32 });
     let msg = Arc::new(Message {
         id: Bytes::from(client_request_id.clone().into_bytes()),
         channel: convert::channel_of(&r.channel),
@@ -161,6 +164,7 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
         reply_to: SubRef { core: owner, conn, sub: SubNo(0) },
         correlation_id: None,
         span: Bytes::from(r.span),
+        cache,
     };
     if !b.array.send(owner, CoreMsg::RpcRequest(Box::new(req))) {
         return Err(Status::unavailable("the array is shutting down"));
@@ -173,7 +177,7 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
         }
     };
     match outcome {
-        RpcOutcome::Response { executed, error, metadata, body, tags, responder, timestamp_ns } => {
+        RpcOutcome::Response { executed, error, metadata, body, tags, responder, timestamp_ns, span, cache_hit } => {
             // Command replies keep the responder's body and metadata. Community KubeMQ clears
             // them for a native requester (kubemq-patterns.md §5.2), but STOMP requesters get
             // them (seed 003), also through a gateway in remote-array mode, whose requests
@@ -185,11 +189,12 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
                 reply_channel: String::new(),
                 metadata,
                 body,
-                cache_hit: false,
+                // Commands are never cached (kubemq-patterns.md §5.2: CacheHit cleared).
+                cache_hit: cache_hit && pattern == Pattern::Queries,
                 timestamp: timestamp_ns,
                 executed,
                 error: string_of(&error),
-                span: Vec::new(),
+                span: span.to_vec(),
                 tags: tags_to_map(&tags),
             })
         }

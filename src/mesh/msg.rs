@@ -92,6 +92,10 @@ pub enum RpcOutcome {
         tags: crate::model::Tags,
         responder: Bytes,
         timestamp_ns: i64,
+        /// The responder's opaque tracing blob (`Response.Span`), passed back to the requester.
+        span: Bytes,
+        /// A query answered from the owner core's cache (`Response.CacheHit`).
+        cache_hit: bool,
     },
     Timeout,
     NoResponder,
@@ -110,6 +114,16 @@ pub struct RpcRequest {
     pub correlation_id: Option<Bytes>,
     /// A native requester's opaque tracing blob (`Request.Span`), passed to the responder.
     pub span: Bytes,
+    /// A query's `CacheKey` and `CacheTTL`: answer from the owner's cache, or cache the answer.
+    pub cache: Option<CacheSpec>,
+}
+
+/// Where a query's answer is cached (kubemq-patterns.md §5.2): a non-empty key, and a time to
+/// live > 0 in seconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheSpec {
+    pub key: Bytes,
+    pub ttl_s: u32,
 }
 
 /// A typed channel from a core to a task outside the cores: the answer to a pull or a channel

@@ -6,7 +6,7 @@
 //! Each operation may carry a completion token; the front-end is told exactly once when the
 //! operation took effect everywhere it had to (`core::Endpoint::completed`) or failed for good
 //! (`core::Endpoint::failed`).
-use super::msg::{Settle, StartAt, SubNo};
+use super::msg::{CacheSpec, Settle, StartAt, SubNo};
 use crate::model::{Channel, Message, Pattern};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub enum ArrayOp {
     /// Settle queue deliveries of subscription `sub` by the tags they were delivered with.
     Settle { sub: SubNo, channel: Channel, tags: Vec<u64>, action: Settle },
     /// A Commands/Queries request; its outcome comes back on subscription `reply_sub`.
-    Request { pattern: Pattern, msg: Arc<Message>, timeout_ms: u64, reply_sub: SubNo, correlation_id: Option<Bytes> },
+    Request { pattern: Pattern, msg: Arc<Message>, timeout_ms: u64, reply_sub: SubNo, correlation_id: Option<Bytes>, cache: Option<CacheSpec> },
     /// Completes once everything this connection submitted before it has been handled.
     Barrier,
 }

@@ -37,7 +37,7 @@ mod tests;
 
 use crate::auth::{Access, Denied};
 use crate::config::Config;
-use crate::mesh::msg::{Settle, StartAt, SubNo, Ticket};
+use crate::mesh::msg::{CacheSpec, Settle, StartAt, SubNo, Ticket};
 use crate::mesh::op::ArrayOp;
 use crate::model::{Channel, Message, Pattern};
 use crate::route::tags::{MAX_CUSTOM_TAGS, MAX_TAG_VALUE_LEN};
@@ -438,10 +438,13 @@ impl Session {
                         Err(_) => return reject(&frame, WireError::MalformedFrame(Malformed::BadTimeout)),
                     },
                 };
+                let Ok(cache) = query_cache(&frame) else { return reject(&frame, WireError::MalformedFrame(Malformed::BadCacheTtl)) };
+                // Commands are never cached (kubemq-patterns.md §5.2); their headers are only checked.
+                let cache = cache.filter(|_| dest.pattern == Pattern::Queries);
                 self.rpc_pending += 1;
                 let correlation_id = frame.headers.get(b"correlation-id").cloned();
                 out.push(Action::Array {
-                    op: ArrayOp::Request { pattern: dest.pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id },
+                    op: ArrayOp::Request { pattern: dest.pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id, cache },
                     done: None,
                 });
                 self.receipt_now(&frame, out);
@@ -687,5 +690,24 @@ fn destination_error(e: DestinationError) -> WireError {
         DestinationError::Invalid => WireError::InvalidDestination,
         DestinationError::SendToReply => WireError::CannotSendToReply,
         DestinationError::SubscribeToRpc => WireError::CannotSubscribeRpc,
+    }
+}
+
+/// A request's `x-kubemq-cache-key` / `x-kubemq-cache-ttl` (README "Query cache"): with a
+/// non-empty key, the TTL must be a positive integer of seconds (KubeMQ's CacheTTL, an int32);
+/// a TTL without a key is checked and ignored. `Err` = a bad or missing TTL.
+fn query_cache(frame: &Frame) -> Result<Option<CacheSpec>, ()> {
+    let key = frame.headers.get(b"x-kubemq-cache-key").filter(|k| !k.is_empty());
+    let ttl = match frame.headers.get_str(b"x-kubemq-cache-ttl") {
+        None => None,
+        Some(t) => match t.trim().parse::<u32>() {
+            Ok(s) if s > 0 && s <= i32::MAX as u32 => Some(s),
+            _ => return Err(()),
+        },
+    };
+    match (key, ttl) {
+        (Some(key), Some(ttl_s)) => Ok(Some(CacheSpec { key: key.clone(), ttl_s })),
+        (Some(_), None) => Err(()),
+        (None, _) => Ok(None),
     }
 }

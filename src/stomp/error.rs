@@ -69,6 +69,7 @@ pub enum Malformed {
     // SEND.
     SendWithoutDestination,
     BadTimeout,
+    BadCacheTtl,
     // SUBSCRIBE / UNSUBSCRIBE.
     SubscribeWithoutDestination,
     SubscribeWithoutId,
@@ -101,6 +102,7 @@ impl Malformed {
             Malformed::BadHeartBeat => "the heart-beat header must be two non-negative integers 'cx,cy'",
             Malformed::SendWithoutDestination => "SEND requires a destination header",
             Malformed::BadTimeout => "the timeout header must be a non-negative integer of milliseconds",
+            Malformed::BadCacheTtl => "x-kubemq-cache-ttl must be a positive integer of seconds (at most 2147483647), and is required with x-kubemq-cache-key",
             Malformed::SubscribeWithoutDestination => "SUBSCRIBE requires a destination header",
             Malformed::SubscribeWithoutId => "STOMP 1.1 and 1.2 require an id header on SUBSCRIBE",
             Malformed::BadAckMode => "the ack header must be auto, client or client-individual",

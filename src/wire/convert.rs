@@ -126,6 +126,8 @@ pub fn outcome_of_response(r: pb::Response) -> crate::mesh::msg::RpcOutcome {
         tags: tags_from_map(r.tags),
         responder: bytes_of(r.client_id),
         timestamp_ns: r.timestamp,
+        span: Bytes::from(r.span),
+        cache_hit: r.cache_hit,
     }
 }
 
