@@ -919,7 +919,8 @@ impl Machine {
             sequence: 0,
         };
         let correlation_id = incoming.correlation.map(Bytes::from);
-        out.ops.push((ArrayOp::Request { pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id }, None));
+        // Seed 002 maps no AMQP property to a cache key: AMQP queries are never served from the cache.
+        out.ops.push((ArrayOp::Request { pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id, cache: None }, None));
         if let Some(id) = id {
             write_disposition(&mut out.write, ch, id, DeliveryState::Accepted(Accepted {}));
         }
@@ -952,6 +953,8 @@ impl Machine {
             tags: Tags(tags),
             responder: self.client_id.clone(),
             timestamp_ns: host.now_ns(),
+            span: Bytes::new(),
+            cache_hit: false,
         };
         out.responses.push(Response { owner, request_id, outcome });
         if let Some(id) = id {

@@ -785,7 +785,7 @@ fn a_request_needs_a_reply_node_of_its_connection_and_at_most_rpc_max_pending() 
     // Owned: a request with the ttl clamped to 10x the default, accepted at once.
     let out = p.send(0, Performative::Transfer(transfer(2, 3, false, false)), &props_msg(None, Some(&addr), Some("corr-1"), Some(u32::MAX), &[]));
     let reply_sub = match &out.ops[..] {
-        [(ArrayOp::Request { pattern: Pattern::Commands, timeout_ms: 300_000, reply_sub, correlation_id: Some(c), msg }, None)] => {
+        [(ArrayOp::Request { pattern: Pattern::Commands, timeout_ms: 300_000, reply_sub, correlation_id: Some(c), msg, cache: None }, None)] => {
             assert_eq!(&c[..], b"corr-1");
             assert_eq!(msg.channel, Channel::from_static("svc"));
             *reply_sub
@@ -822,6 +822,8 @@ fn a_command_reply_carries_executed_error_and_the_correlation_id_and_a_failed_qu
         tags: Tags(vec![(Bytes::from_static(b"k"), Bytes::from_static(b"v"))]),
         responder: Bytes::new(),
         timestamp_ns: 0,
+        span: Bytes::new(),
+        cache_hit: false,
     };
     p.m.deliver_rpc_reply(sub, Pattern::Queries, Some(Bytes::from_static(b"q-10")), ok, &mut out);
     p.got.extend_from_slice(&out.write);
@@ -868,6 +870,7 @@ fn a_responder_registers_gets_requests_with_a_responses_token_and_answers_throug
         reply_to: crate::mesh::msg::SubRef { core: CoreId(0), conn: crate::mesh::msg::ConnId(1), sub: SubNo(1) },
         correlation_id: Some(Bytes::from_static(b"corr")),
         span: Bytes::new(),
+        cache: None,
     };
     let mut out = Out::default();
     assert!(p.m.deliver_request(sub, CoreId(1), req, &mut out));
