@@ -796,16 +796,7 @@ impl Machine {
             Dest::Responses(token) => return self.respond(ch, unsettled, &token, incoming, host, out),
             Dest::Dynamic(addr) => return self.send_to_dynamic(ch, unsettled, addr, incoming, host, out),
         };
-        let msg = Arc::new(Message {
-            id: host.new_message_id(),
-            channel,
-            client_id,
-            metadata: Bytes::new(),
-            body: incoming.body,
-            tags: incoming.tags,
-            timestamp_ns: host.now_ns(),
-            sequence: 0,
-        });
+        let msg = Arc::new(message_of(host, channel, client_id, incoming));
         let token = match (id, settled) {
             (Some(id), false) => {
                 let token = self.next_token;
@@ -908,17 +899,8 @@ impl Machine {
             None => default_ms,
         };
         self.rpc_pending += 1;
-        let msg = Message {
-            id: host.new_message_id(),
-            channel,
-            client_id: self.client_id.clone(),
-            metadata: Bytes::new(),
-            body: incoming.body,
-            tags: incoming.tags,
-            timestamp_ns: host.now_ns(),
-            sequence: 0,
-        };
-        let correlation_id = incoming.correlation.map(Bytes::from);
+        let correlation_id = incoming.correlation.clone().map(Bytes::from);
+        let msg = message_of(host, channel, self.client_id.clone(), incoming);
         // Seed 002 maps no AMQP property to a cache key: AMQP queries are never served from the cache.
         out.ops.push((ArrayOp::Request { pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id, cache: None }, None));
         if let Some(id) = id {
@@ -968,16 +950,7 @@ impl Machine {
         let Some(&sub) = self.dynamic.get(&addr).filter(|_| addr.conn == self.s.conn) else {
             return reject(out, ch, id, AmqpError::PreconditionFailed);
         };
-        let msg = Message {
-            id: host.new_message_id(),
-            channel: Channel(Bytes::from(addr.to_string())),
-            client_id: self.client_id.clone(),
-            metadata: Bytes::new(),
-            body: incoming.body,
-            tags: incoming.tags,
-            timestamp_ns: host.now_ns(),
-            sequence: 0,
-        };
+        let msg = message_of(host, Channel(Bytes::from(addr.to_string())), self.client_id.clone(), incoming);
         if !self.deliver_settled(sub, Arc::new(msg), out) {
             return reject(out, ch, id, AmqpError::ResourceLimitExceeded);
         }
@@ -1260,6 +1233,20 @@ fn error(cond: AmqpError) -> definitions::Error {
         condition: definitions::ErrorCondition::Custom(Symbol::from(cond.symbol())),
         description: Some(cond.description().to_string()),
         info: None,
+    }
+}
+
+/// The message the array takes for what a client transferred to `channel`.
+fn message_of(host: &dyn Host, channel: Channel, client_id: Bytes, incoming: mapping::Incoming) -> Message {
+    Message {
+        id: host.new_message_id(),
+        channel,
+        client_id,
+        metadata: Bytes::new(),
+        body: incoming.body,
+        tags: incoming.tags,
+        timestamp_ns: host.now_ns(),
+        sequence: 0,
     }
 }
 
