@@ -21,12 +21,20 @@
 #                               single-threaded relay that validates and stores nothing: the
 #                               machine's floor, measured in the same run; BASELINE= to skip
 #   RELAY_PORT=61643            its STOMP port
+#   TRANSPORTS=tcp              the transports every broker is measured over, where it has them
+#                               (tcp, tls, ws; e.g. TRANSPORTS="tcp tls ws"). stompgate is always
+#                               measured over tcp too, the base of every ratio; it serves tls on
+#                               STOMPGATE_PORT+1 (the certificate scripts/peers.sh makes, as the
+#                               peers') and ws on STOMPGATE_PORT+2 (path /ws). A broker measured
+#                               over tls or ws is labelled BROKER-tls / BROKER-ws. RabbitMQ has all
+#                               three (Web-STOMP), ActiveMQ tcp and tls, the relay tcp only.
 #
 # Scenarios: fanout 1->4 unbounded (receipt every 1000); fanout 1->4 at --rate 2000 (latency);
 # queue 2->2; connect (4 workers); idle. Every broker is loopback-only.
 # Raw results: perf/results/compare-<UTC time>.jsonl, one line per run:
 #   {"run":N,"case":"...","broker":"...","exit":RC,"commit":"<git rev-parse HEAD>[-dirty]",
-#    "stompgate_sha256":"<sha256 of target/release/stompgate>","result":<stompgate-load --json line or null>}
+#    "stompgate_sha256":"<sha256 of target/release/stompgate>","loadavg":"<1 5 15 min before the run>",
+#    "result":<stompgate-load --json line or null>}
 #   (commit and stompgate_sha256 say which code and which binary stompgate's figures came from;
 #   they are on every line, the peers' too, so a line is self-describing.)
 # Exit 3 from the harness (loss or duplicates) is recorded, not fatal. The machine running
@@ -63,6 +71,13 @@ BASELINE="${BASELINE-relay}"
 RELAY_PORT="${RELAY_PORT:-61643}"
 PEERS_DIR="${PEERS_DIR:-/tmp/stompgate-peers}"
 export PEERS_DIR
+# shellcheck disable=SC2206
+TRANSPORTS=(${TRANSPORTS:-tcp})
+for t in "${TRANSPORTS[@]}"; do
+    case "$t" in tcp | tls | ws) ;; *) echo "compare.sh: unknown transport '$t' (tcp, tls, ws)" >&2; exit 2 ;; esac
+done
+wants() { [[ " ${TRANSPORTS[*]} " == *" $1 "* ]]; }
+TLS_DIR="$PEERS_DIR/tls"
 
 if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
     # shellcheck disable=SC1091
@@ -105,32 +120,57 @@ if stomp_ready "$STOMPGATE_PORT"; then
     exit 1
 fi
 mkdir -p "$PEERS_DIR"
+SG_LISTEN=(--stomp-addr "127.0.0.1:$STOMPGATE_PORT" --stomp-tls-addr off --ws-addr off)
+if wants tls; then
+    scripts/peers.sh certs >/dev/null
+    SG_LISTEN+=(--tls-cert "$TLS_DIR/server.pem" --tls-key "$TLS_DIR/server.key" --stomp-tls-addr "127.0.0.1:$((STOMPGATE_PORT + 1))")
+fi
+wants ws && SG_LISTEN+=(--ws-addr "127.0.0.1:$((STOMPGATE_PORT + 2))")
 # shellcheck disable=SC2086
-"$ROOT/target/release/stompgate" --stomp-addr "127.0.0.1:$STOMPGATE_PORT" --grpc-addr off --ws-addr off --amqp-addr off --cores 2 $STOMPGATE_ARGS \
+"$ROOT/target/release/stompgate" "${SG_LISTEN[@]}" --grpc-addr off --amqp-addr off --cores 2 $STOMPGATE_ARGS \
     >"$PEERS_DIR/stompgate.log" 2>&1 &
 SG_PID=$!
 for _ in $(seq 1 100); do stomp_ready "$STOMPGATE_PORT" && break; sleep 0.1; done
 stomp_ready "$STOMPGATE_PORT" || { echo "compare.sh: stompgate did not start (log: $PEERS_DIR/stompgate.log)" >&2; exit 1; }
 
-declare -A PORT PID
-BROKERS=(stompgate)
-PORT[stompgate]="$STOMPGATE_PORT"
-PID[stompgate]="$SG_PID"
+# Each measured broker is a label (BROKER or BROKER-TRANSPORT) with a port, a server pid and
+# the harness's transport flags.
+declare -A PORT PID VIA
+BROKERS=()
+add_broker() { # LABEL PORT PID TRANSPORT
+    BROKERS+=("$1")
+    PORT[$1]="$2"
+    PID[$1]="$3"
+    case "$4" in
+    tcp) VIA[$1]="" ;;
+    tls) VIA[$1]="--tls --tls-ca $TLS_DIR/ca.pem" ;;
+    ws) VIA[$1]="--ws" ;;
+    esac
+}
+label() { if [ "$2" = tcp ]; then echo "$1"; else echo "$1-$2"; fi; }
+add_broker stompgate "$STOMPGATE_PORT" "$SG_PID" tcp
+wants tls && add_broker stompgate-tls "$((STOMPGATE_PORT + 1))" "$SG_PID" tls
+wants ws && add_broker stompgate-ws "$((STOMPGATE_PORT + 2))" "$SG_PID" ws
 for p in $PEERS; do
     if scripts/peers.sh start "$p"; then
         STARTED_PEERS+=("$p")
-        PORT[$p]="$(scripts/peers.sh port "$p")"
         case "$p" in
-        rabbitmq) PID[$p]="$(pgrep -u rabbitmq -o beam.smp || true)" ;;
-        activemq) PID[$p]="$(cat "$PEERS_DIR/activemq.pid" 2>/dev/null || true)" ;;
+        rabbitmq) pid="$(pgrep -u rabbitmq -o beam.smp || true)" ;;
+        activemq) pid="$(cat "$PEERS_DIR/activemq.pid" 2>/dev/null || true)" ;;
         esac
-        BROKERS+=("$p")
+        for t in "${TRANSPORTS[@]}"; do
+            if port="$(scripts/peers.sh port "$p" "$t" 2>/dev/null)"; then
+                add_broker "$(label "$p" "$t")" "$port" "$pid" "$t"
+            else
+                echo "compare.sh: $p has no STOMP listener over $t; measured without it" >&2
+            fi
+        done
     else
         echo "compare.sh: WARNING: peer $p is not available; comparing without it" >&2
     fi
 done
 
-if [ "$BASELINE" = relay ]; then
+if [ "$BASELINE" = relay ] && wants tcp; then
     if stomp_ready "$RELAY_PORT"; then
         echo "compare.sh: something already answers STOMP on 127.0.0.1:$RELAY_PORT; set RELAY_PORT" >&2
         exit 1
@@ -139,9 +179,7 @@ if [ "$BASELINE" = relay ]; then
     RELAY_PID=$!
     for _ in $(seq 1 50); do stomp_ready "$RELAY_PORT" && break; sleep 0.1; done
     stomp_ready "$RELAY_PORT" || { echo "compare.sh: stompgate-relay did not start (log: $PEERS_DIR/relay.log)" >&2; exit 1; }
-    BROKERS+=(relay)
-    PORT[relay]="$RELAY_PORT"
-    PID[relay]="$RELAY_PID"
+    add_broker relay "$RELAY_PORT" "$RELAY_PID" tcp
 fi
 
 # shellcheck disable=SC2206
@@ -161,18 +199,19 @@ for run in $(seq 1 "$RUNS"); do
         for i in $(seq 0 $((n - 1))); do
             # Rotate the order each run so no broker always goes first.
             b="${BROKERS[$(((i + run) % n))]}"
-            if [ "$case" = fanout-rate50k ] && [ "$b" != stompgate ] && [ "$b" != relay ]; then continue; fi
+            if [ "$case" = fanout-rate50k ] && [[ "$b" != stompgate* ]] && [ "$b" != relay ]; then continue; fi
             pid_args=()
             [ -n "${PID[$b]:-}" ] && pid_args=(--server-pid "${PID[$b]}")
             echo "== run $run/$RUNS: $case on $b (127.0.0.1:${PORT[$b]})" >&2
             rc=0
+            LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
             # shellcheck disable=SC2046
-            line="$(timeout 300 "$LOAD" $(bench_case_args "$case") --host 127.0.0.1 --port "${PORT[$b]}" \
+            line="$(timeout 300 "$LOAD" $(bench_case_args "$case") ${VIA[$b]} --host 127.0.0.1 --port "${PORT[$b]}" \
                 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "cmp-$case-$run-$$" \
                 --label "$b" --json --quiet "${pid_args[@]}")" || rc=$?
             [ -n "$line" ] || line=null
-            printf '{"run":%d,"case":"%s","broker":"%s","exit":%d,"commit":"%s","stompgate_sha256":"%s","result":%s}\n' \
-                "$run" "$case" "$b" "$rc" "$COMMIT" "$SG_SHA256" "$line" >>"$OUT"
+            printf '{"run":%d,"case":"%s","broker":"%s","exit":%d,"commit":"%s","stompgate_sha256":"%s","loadavg":"%s","result":%s}\n' \
+                "$run" "$case" "$b" "$rc" "$COMMIT" "$SG_SHA256" "$LOADAVG" "$line" >>"$OUT"
             sleep 1
         done
     done

@@ -4,13 +4,25 @@
 #
 #   scripts/peers.sh start rabbitmq|activemq   install if needed, configure, start, wait for STOMP
 #   scripts/peers.sh stop  rabbitmq|activemq   stop it (no-op when not running)
-#   scripts/peers.sh port  rabbitmq|activemq   print its STOMP port
+#   scripts/peers.sh certs                     make the TLS certificates below (if missing), print their dir
+#   scripts/peers.sh port  rabbitmq|activemq [tcp|tls|ws]   print its STOMP port over that
+#                                              transport (default tcp); exit 1 if it has none
 #
 # Ports (all on 127.0.0.1 only; stompgate keeps its default 61613):
-#   rabbitmq  STOMP 61623 (plugin rabbitmq_stomp), AMQP 5672, epmd 4369, distribution 25672
-#   activemq  STOMP 61633 (every other transport connector removed, JMX connector off)
-# Override with RABBITMQ_STOMP_PORT / ACTIVEMQ_STOMP_PORT. Both accept login guest/guest
-# (RabbitMQ's default user, allowed from loopback; ActiveMQ has no authentication configured).
+#   rabbitmq  STOMP 61623 (plugin rabbitmq_stomp), STOMP over TLS 61624, Web-STOMP 15684
+#             (plugin rabbitmq_web_stomp, path /ws), AMQP 5672, epmd 4369, distribution 25672
+#   activemq  STOMP 61633, STOMP over TLS 61634 (stomp+nio+ssl; every other transport connector
+#             removed, JMX connector off). No WebSocket: Debian's activemq package lacks the
+#             Jetty WebSocket jars its ws:// connector needs.
+# Override with RABBITMQ_STOMP_PORT / RABBITMQ_STOMP_TLS_PORT / RABBITMQ_WEB_STOMP_PORT /
+# ACTIVEMQ_STOMP_PORT / ACTIVEMQ_STOMP_TLS_PORT. Both accept login guest/guest (RabbitMQ's
+# default user, allowed from loopback; ActiveMQ has no authentication configured).
+#
+# TLS: at start, a throwaway CA and a server certificate it signs (EC P-256, for 127.0.0.1 and
+# localhost) are made with openssl in $PEERS_DIR/tls (ca.pem, server.pem, server.key, and
+# server.p12 for ActiveMQ's keystore), unless already there: a benchmark hands the same
+# certificate to stompgate (--tls-cert/--tls-key) and ca.pem to the harness (--tls-ca), so every
+# broker serves the same key. TLS 1.2 and 1.3, no client certificates.
 #
 # Logs and pid files: $PEERS_DIR (default /tmp/stompgate-peers). Needs root (apt-get, service
 # users). A package missing from the configured apt sources is reported and exits non-zero.
@@ -19,6 +31,12 @@ set -euo pipefail
 PEERS_DIR="${PEERS_DIR:-/tmp/stompgate-peers}"
 RABBITMQ_STOMP_PORT="${RABBITMQ_STOMP_PORT:-61623}"
 ACTIVEMQ_STOMP_PORT="${ACTIVEMQ_STOMP_PORT:-61633}"
+RABBITMQ_STOMP_TLS_PORT="${RABBITMQ_STOMP_TLS_PORT:-61624}"
+RABBITMQ_WEB_STOMP_PORT="${RABBITMQ_WEB_STOMP_PORT:-15684}"
+ACTIVEMQ_STOMP_TLS_PORT="${ACTIVEMQ_STOMP_TLS_PORT:-61634}"
+TLS_DIR="$PEERS_DIR/tls"
+# The PKCS#12 keystore's password (a throwaway certificate on loopback).
+KEYSTORE_PASS=stompgate-peers
 START_TIMEOUT_S="${START_TIMEOUT_S:-180}"
 
 die() { echo "peers.sh: $*" >&2; exit 1; }
@@ -81,12 +99,33 @@ apt_install() {
     [ "$rc" = 0 ] || die "apt-get install $pkg failed (rc=$rc, log: $PEERS_DIR/apt-$pkg.log)"
 }
 
+# make_certs: the CA and the server certificate of the header, once per $PEERS_DIR.
+make_certs() {
+    [ -f "$TLS_DIR/server.p12" ] && return 0
+    mkdir -p "$TLS_DIR"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=stompgate peers CA" \
+        -keyout "$TLS_DIR/ca.key" -out "$TLS_DIR/ca.pem" -addext basicConstraints=critical,CA:TRUE \
+        -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+        -keyout "$TLS_DIR/server.key" -out "$TLS_DIR/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$TLS_DIR/server.ext"
+    openssl x509 -req -in "$TLS_DIR/server.csr" -CA "$TLS_DIR/ca.pem" -CAkey "$TLS_DIR/ca.key" -CAcreateserial \
+        -days 30 -extfile "$TLS_DIR/server.ext" -out "$TLS_DIR/server.pem" 2>/dev/null
+    openssl pkcs12 -export -in "$TLS_DIR/server.pem" -inkey "$TLS_DIR/server.key" -name server \
+        -out "$TLS_DIR/server.p12" -passout "pass:$KEYSTORE_PASS"
+    # The brokers run as their own users (rabbitmq): the files must be readable by them.
+    chmod 755 "$TLS_DIR"
+    chmod 644 "$TLS_DIR"/*
+    log "made a CA and a server certificate in $TLS_DIR"
+}
+
 # ---------------------------------------------------------------------------------------- rabbitmq
 
 rabbitmq_running() { pgrep -u rabbitmq -f 'beam.*rabbit' >/dev/null 2>&1; }
 
 rabbitmq_start() {
     apt_install rabbitmq-server
+    make_certs
     if rabbitmq_running; then
         log "rabbitmq already running"
         wait_ready rabbitmq "$RABBITMQ_STOMP_PORT" rabbitmq_running
@@ -105,12 +144,22 @@ EOF
 # written by stompgate scripts/peers.sh
 listeners.tcp.default = 127.0.0.1:5672
 stomp.listeners.tcp.1 = 127.0.0.1:$RABBITMQ_STOMP_PORT
+stomp.listeners.ssl.1 = 127.0.0.1:$RABBITMQ_STOMP_TLS_PORT
 stomp.default_user = guest
 stomp.default_pass = guest
+ssl_options.cacertfile = $TLS_DIR/ca.pem
+ssl_options.certfile = $TLS_DIR/server.pem
+ssl_options.keyfile = $TLS_DIR/server.key
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false
+ssl_options.versions.1 = tlsv1.3
+ssl_options.versions.2 = tlsv1.2
+web_stomp.tcp.ip = 127.0.0.1
+web_stomp.tcp.port = $RABBITMQ_WEB_STOMP_PORT
 loopback_users.guest = true
 EOF
-    ERL_EPMD_ADDRESS=127.0.0.1 rabbitmq-plugins enable --offline rabbitmq_stomp >&2
-    log "starting rabbitmq (STOMP 127.0.0.1:$RABBITMQ_STOMP_PORT)"
+    ERL_EPMD_ADDRESS=127.0.0.1 rabbitmq-plugins enable --offline rabbitmq_stomp rabbitmq_web_stomp >&2
+    log "starting rabbitmq (STOMP 127.0.0.1:$RABBITMQ_STOMP_PORT, TLS :$RABBITMQ_STOMP_TLS_PORT, Web-STOMP :$RABBITMQ_WEB_STOMP_PORT/ws)"
     # The idle scenario holds thousands of connections: the broker inherits the hard limit.
     # Debian's wrapper drops to the rabbitmq user through su, whose PAM session resets the
     # limit to 1024; setpriv changes user without PAM.
@@ -158,6 +207,7 @@ activemq_running() { local p; p="$(activemq_pid)" && [ -n "$p" ] && kill -0 "$p"
 
 activemq_start() {
     apt_install activemq
+    make_certs
     if activemq_running; then
         log "activemq already running"
         wait_ready activemq "$ACTIVEMQ_STOMP_PORT" activemq_running
@@ -174,7 +224,7 @@ activemq_start() {
     done
     cat >"$ACTIVEMQ_BASE/conf/activemq.xml" <<EOF
 <?xml version="1.0" encoding="UTF-8"?>
-<!-- written by stompgate scripts/peers.sh: STOMP only, loopback only, no persistence. -->
+<!-- written by stompgate scripts/peers.sh: STOMP (plain and TLS) only, loopback only, no persistence. -->
 <beans xmlns="http://www.springframework.org/schema/beans"
        xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
        xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans.xsd
@@ -203,9 +253,14 @@ activemq_start() {
         <tempUsage><tempUsage limit="1 gb"/></tempUsage>
       </systemUsage>
     </systemUsage>
+    <sslContext>
+      <sslContext keyStore="file:$TLS_DIR/server.p12" keyStorePassword="$KEYSTORE_PASS" keyStoreType="pkcs12"/>
+    </sslContext>
     <transportConnectors>
       <transportConnector name="stomp"
           uri="stomp+nio://127.0.0.1:$ACTIVEMQ_STOMP_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600"/>
+      <transportConnector name="stomp-tls"
+          uri="stomp+nio+ssl://127.0.0.1:$ACTIVEMQ_STOMP_TLS_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600"/>
     </transportConnectors>
   </broker>
 </beans>
@@ -217,7 +272,7 @@ EOF
     local jar="$home/bin/activemq.jar"
     [ -f "$jar" ] || jar="$(find "$home" /usr/share/java -maxdepth 2 -name 'activemq.jar' 2>/dev/null | head -1)"
     [ -n "$jar" ] && [ -f "$jar" ] || die "activemq.jar not found under $home"
-    log "starting activemq (STOMP 127.0.0.1:$ACTIVEMQ_STOMP_PORT)"
+    log "starting activemq (STOMP 127.0.0.1:$ACTIVEMQ_STOMP_PORT, TLS :$ACTIVEMQ_STOMP_TLS_PORT)"
     ulimit -n "$(ulimit -Hn)" || true
     setsid nohup "$java" -Xms512m -Xmx2g -Djava.awt.headless=true \
         -Djava.io.tmpdir="$ACTIVEMQ_BASE/tmp" \
@@ -251,8 +306,14 @@ activemq_stop() {
 
 # -------------------------------------------------------------------------------------------- main
 
-[ $# -eq 2 ] || die "usage: $0 start|stop|port rabbitmq|activemq"
-action="$1" peer="$2"
+if [ "${1:-}" = certs ]; then # the certificates alone (a benchmark's stompgate serves them too)
+    mkdir -p "$PEERS_DIR"
+    make_certs
+    echo "$TLS_DIR"
+    exit 0
+fi
+[ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$1" = port ]; } || die "usage: $0 start|stop|port rabbitmq|activemq [tcp|tls|ws], or $0 certs"
+action="$1" peer="$2" transport="${3:-tcp}"
 case "$peer" in
 rabbitmq | activemq) ;;
 *) die "unknown peer '$peer' (rabbitmq or activemq)" ;;
@@ -262,7 +323,14 @@ case "$action" in
 start) "${peer}_start" ;;
 stop) "${peer}_stop" ;;
 port)
-    if [ "$peer" = rabbitmq ]; then echo "$RABBITMQ_STOMP_PORT"; else echo "$ACTIVEMQ_STOMP_PORT"; fi
+    case "$peer:$transport" in
+    rabbitmq:tcp) echo "$RABBITMQ_STOMP_PORT" ;;
+    rabbitmq:tls) echo "$RABBITMQ_STOMP_TLS_PORT" ;;
+    rabbitmq:ws) echo "$RABBITMQ_WEB_STOMP_PORT" ;;
+    activemq:tcp) echo "$ACTIVEMQ_STOMP_PORT" ;;
+    activemq:tls) echo "$ACTIVEMQ_STOMP_TLS_PORT" ;;
+    *) die "$peer has no STOMP listener over '$transport' here (tcp, tls; ws for rabbitmq)" ;;
+    esac
     ;;
 *) die "unknown action '$action' (start, stop or port)" ;;
 esac

@@ -1,4 +1,5 @@
-//! One STOMP client connection: a [`Stream`] (plain TCP, or TLS with `--tls`), a read buffer
+//! One STOMP client connection: a [`Stream`] (plain TCP, TLS with `--tls`, or a WebSocket
+//! with `--ws`), a read buffer
 //! with its [`Decoder`], and a write buffer that is flushed in large writes.
 //!
 //! The handshake and the publishers' receipt waits are blocking; receiver groups switch the
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::stomp::{self, Decoder, Frame};
 use crate::tls::{TlsClient, TlsStream};
+use crate::ws::{WsClient, WsStream};
 
 /// Why a run failed. Every variant ends the run with a non-zero exit and this text.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,8 @@ pub struct Target {
     pub passcode: String,
     /// `--tls`: every connection handshakes first.
     pub tls: Option<TlsClient>,
+    /// `--ws`: every connection is a WebSocket (its opening handshake first).
+    pub ws: Option<WsClient>,
 }
 
 impl Target {
@@ -50,7 +54,7 @@ impl Target {
             .map_err(|e| LoadError::Connect { addr: format!("{host}:{port}"), source: e })?
             .next()
             .ok_or_else(|| LoadError::Setup(format!("{host}:{port} resolves to no address")))?;
-        Ok(Target { addr, login: login.to_owned(), passcode: passcode.to_owned(), tls })
+        Ok(Target { addr, login: login.to_owned(), passcode: passcode.to_owned(), tls, ws: None })
     }
 }
 
@@ -59,6 +63,7 @@ impl Target {
 pub enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream>),
+    Ws(Box<WsStream>),
 }
 
 impl Stream {
@@ -66,6 +71,7 @@ impl Stream {
         match self {
             Stream::Plain(s) => s,
             Stream::Tls(t) => &t.tcp,
+            Stream::Ws(w) => w.tcp(),
         }
     }
 
@@ -73,6 +79,7 @@ impl Stream {
         match self {
             Stream::Plain(s) => s.read(buf),
             Stream::Tls(t) => t.read(buf),
+            Stream::Ws(w) => w.read(buf),
         }
     }
 
@@ -81,14 +88,17 @@ impl Stream {
         match self {
             Stream::Plain(s) => s.write_all(data),
             Stream::Tls(t) => t.write_all(data),
+            Stream::Ws(w) => w.write_all(data),
         }
     }
 
-    /// Input read from the socket but not yet returned, which `poll(2)` cannot see (TLS only).
+    /// Input read from the socket but not yet returned, which `poll(2)` cannot see (TLS and
+    /// WebSocket).
     pub fn has_buffered_input(&self) -> bool {
         match self {
             Stream::Plain(_) => false,
             Stream::Tls(t) => t.has_buffered_input(),
+            Stream::Ws(w) => w.has_buffered_input(),
         }
     }
 }
@@ -193,12 +203,20 @@ impl Conn {
             Buffers::Large => (256 * 1024, 256 * 1024, 64 * 1024),
             Buffers::Small => (4096, 512, 8 * 1024),
         };
-        let stream = match &t.tls {
-            None => Stream::Plain(tcp),
-            Some(client) => {
+        let stream = match (&t.tls, &t.ws) {
+            (None, None) => Stream::Plain(tcp),
+            (Some(client), _) => {
                 let mut s = client.session(tcp, staged)?;
                 s.handshake(|| Instant::now() >= deadline).map_err(|e| LoadError::Connect { addr: format!("{} (TLS handshake)", t.addr), source: e })?;
                 Stream::Tls(Box::new(s))
+            }
+            // SO_RCVTIMEO (READ_WAKE) would fail the blocking handshake on a slow server: the
+            // handshake gets the whole deadline, then the wake-up interval is set back.
+            (None, Some(client)) => {
+                tcp.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|e| LoadError::io("set timeout", e))?;
+                let s = client.handshake(tcp)?;
+                s.tcp().set_read_timeout(Some(READ_WAKE)).map_err(|e| LoadError::io("set timeout", e))?;
+                Stream::Ws(Box::new(s))
             }
         };
         let mut c = Conn { stream, rd: Reader::new(rcap), wr: Vec::with_capacity(wcap), wr_pos: 0, version: String::new(), receipt_seq: 0, nonblocking: false };
@@ -244,7 +262,7 @@ impl Conn {
         self.stream.tcp().as_raw_fd()
     }
 
-    /// Input already read that `poll(2)` will not report (TLS only): read again without waiting.
+    /// Input already read that `poll(2)` will not report (TLS, WebSocket): read again without waiting.
     pub fn has_buffered_input(&self) -> bool {
         self.stream.has_buffered_input()
     }
@@ -273,7 +291,8 @@ impl Conn {
     }
 
     /// Non-blocking: writes what the socket takes. `Ok(true)` when `wr` is empty (TLS: and
-    /// rustls's queue of encrypted records, into which `wr` is moved at once).
+    /// rustls's queue of encrypted records, into which `wr` is moved at once; WebSocket: and
+    /// tungstenite's, into which `wr` goes as one message).
     pub fn flush_some(&mut self) -> io::Result<bool> {
         let tcp = match &mut self.stream {
             Stream::Plain(s) => s,
@@ -282,6 +301,12 @@ impl Conn {
                 self.wr.clear();
                 self.wr_pos = 0;
                 return t.write_some();
+            }
+            Stream::Ws(w) => {
+                let done = w.queue_and_flush(&self.wr[self.wr_pos..]);
+                self.wr.clear();
+                self.wr_pos = 0;
+                return done;
             }
         };
         while self.wr_pos < self.wr.len() {
@@ -303,6 +328,7 @@ impl Conn {
             || match &self.stream {
                 Stream::Plain(_) => false,
                 Stream::Tls(t) => t.has_pending_write(),
+                Stream::Ws(w) => w.has_pending_write(),
             }
     }
 

@@ -48,7 +48,7 @@ fn count_dropped(streams: &mut [Stream]) -> u64 {
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
         if n > 0 {
             for (p, s) in fds.iter().zip(chunk.iter_mut()) {
-                if p.revents != 0 && !only_tls_records(s) {
+                if p.revents != 0 && !only_transport_records(s) {
                     dropped += 1;
                 }
             }
@@ -57,9 +57,10 @@ fn count_dropped(streams: &mut [Stream]) -> u64 {
     dropped
 }
 
-/// A TLS connection whose pending input is TLS records only (no STOMP bytes, no EOF).
-fn only_tls_records(s: &mut Stream) -> bool {
-    if !matches!(s, Stream::Tls(_)) || s.tcp().set_nonblocking(true).is_err() {
+/// A TLS or WebSocket connection whose pending input is TLS records or WebSocket control
+/// frames only (no STOMP bytes, no EOF).
+fn only_transport_records(s: &mut Stream) -> bool {
+    if !matches!(s, Stream::Tls(_) | Stream::Ws(_)) || s.tcp().set_nonblocking(true).is_err() {
         return false;
     }
     let mut probe = [0u8; 64];

@@ -16,6 +16,7 @@ mod rpc;
 mod stomp;
 mod tls;
 mod track;
+mod ws;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,7 +36,8 @@ const ABOUT: &str = "Load harness for stompgate and other STOMP 1.2 brokers.";
 
 const LONG_ABOUT: &str = "\
 Load harness for stompgate and other STOMP 1.2 brokers (CONNECT with accept-version:1.2,
-host:/, --login/--passcode, heart-beat:0,0), over plain TCP or, with --tls, over TLS.
+host:/, --login/--passcode, heart-beat:0,0), over plain TCP, over TLS (--tls), or over a
+WebSocket (--ws).
 
 TLS (--tls): rustls, TLS 1.2 or 1.3, trusting only the CA certificates of --tls-ca; the
 certificate must be valid for --tls-server-name (default: --host; an IP address is matched
@@ -45,6 +47,12 @@ connect scenario the handshake is part of each cycle. Session resumption is off,
 handshake is a full one, unless --tls-resume. The report names the negotiated version and
 cipher suite. --login/--passcode are sent by every connection alike (e.g. a JWT in --passcode
 for a gateway with --auth-jwt-key).
+
+WebSocket (--ws): every connection opens a WebSocket on --port at --ws-path (default /ws,
+stompgate's --ws-addr and RabbitMQ's Web-STOMP alike), offering the subprotocols v12.stomp,
+v11.stomp, v10.stomp, before its CONNECT (in the connect scenario the opening handshake is
+part of each cycle). Each write of the harness (many frames) is one binary WebSocket message;
+the server's messages are read as one byte stream. Not combined with --tls.
 
 Scenarios:
   fanout   1 publisher -> N subscribers on /topic/<name>
@@ -120,6 +128,12 @@ struct Common {
     /// Let connections resume TLS sessions (tickets) instead of a full handshake each.
     #[arg(long, global = true, requires = "tls")]
     tls_resume: bool,
+    /// STOMP over a WebSocket (ws://HOST:PORT/--ws-path).
+    #[arg(long, global = true, conflicts_with = "tls")]
+    ws: bool,
+    /// The WebSocket request path for --ws.
+    #[arg(long, global = true, default_value = "/ws", value_name = "PATH")]
+    ws_path: String,
     /// Length of the measured window, seconds.
     #[arg(long, default_value_t = 10.0, global = true)]
     duration_s: f64,
@@ -386,6 +400,10 @@ fn params(c: &Common, scenario: &Scenario) -> Map<String, Value> {
         put("tls", json!(true));
         put("tls_resume", json!(c.tls_resume));
     }
+    if c.ws {
+        put("ws", json!(true));
+        put("ws_path", json!(c.ws_path));
+    }
     m
 }
 
@@ -417,7 +435,10 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
         return Err(LoadError::Setup("--duration-s must be > 0; --warmup-s, --drain-s and --rate must be >= 0".into()));
     }
     let nofile = measure::raise_nofile();
-    let target = Target::resolve(&c.host, c.port, &c.login, &passcode(c)?, tls_client(c)?)?;
+    let mut target = Target::resolve(&c.host, c.port, &c.login, &passcode(c)?, tls_client(c)?)?;
+    if c.ws {
+        target.ws = Some(ws::WsClient { path: c.ws_path.clone() });
+    }
     let server = c.server_pid.map(|pid| Server { pid });
     if let Some(s) = server {
         s.check().map_err(LoadError::Setup)?;
