@@ -120,12 +120,12 @@ if stomp_ready "$STOMPGATE_PORT"; then
     exit 1
 fi
 mkdir -p "$PEERS_DIR"
-SG_LISTEN=(--stomp-addr "127.0.0.1:$STOMPGATE_PORT" --stomp-tls-addr off --ws-addr off)
+SG_LISTEN=(--stomp-addr "127.0.0.1:$STOMPGATE_PORT")
 if wants tls; then
     scripts/peers.sh certs >/dev/null
     SG_LISTEN+=(--tls-cert "$TLS_DIR/server.pem" --tls-key "$TLS_DIR/server.key" --stomp-tls-addr "127.0.0.1:$((STOMPGATE_PORT + 1))")
 fi
-wants ws && SG_LISTEN+=(--ws-addr "127.0.0.1:$((STOMPGATE_PORT + 2))")
+if wants ws; then SG_LISTEN+=(--ws-addr "127.0.0.1:$((STOMPGATE_PORT + 2))"); else SG_LISTEN+=(--ws-addr off); fi
 # shellcheck disable=SC2086
 "$ROOT/target/release/stompgate" "${SG_LISTEN[@]}" --grpc-addr off --amqp-addr off --cores 2 $STOMPGATE_ARGS \
     >"$PEERS_DIR/stompgate.log" 2>&1 &

@@ -3,7 +3,8 @@
 //! perf/relay/) that `scripts/compare.sh` measures beside the peers. Each run is short; what is
 //! checked is the accounting, never a speed: messages flow, nothing is lost or duplicated, the
 //! CPU figures are produced. The relay runs as its own process and is measured through
-//! `--server-pid`, exactly as compare.sh does.
+//! `--server-pid`, exactly as compare.sh does. The same scenarios run over the gateway's
+//! WebSocket listener with `--ws`, as compare.sh's `TRANSPORTS=ws` does.
 use crate::common;
 
 use common::load::{harness, report};
@@ -39,11 +40,12 @@ impl Drop for Relay {
     }
 }
 
-/// Runs one scenario for a 1 s window and returns its JSON report (exit 0 required: exit 3
-/// would mean lost or duplicated messages).
-fn run(scenario: &[&str], port: u16, server_pid: u32) -> Value {
+/// Runs one scenario for a 1 s window, with the transport flags `via` (none: plain TCP), and
+/// returns its JSON report (exit 0 required: exit 3 would mean lost or duplicated messages).
+fn run(scenario: &[&str], via: &[&str], port: u16, server_pid: u32) -> Value {
     let (port, pid, name) = (port.to_string(), server_pid.to_string(), unique("load"));
     let mut args = scenario.to_vec();
+    args.extend_from_slice(via);
     args.extend_from_slice(&[
         "--host",
         "127.0.0.1",
@@ -80,29 +82,39 @@ fn assert_messages_flowed(r: &Value, per_message_copies: u64) {
     assert!(p99 >= p50, "{r}");
 }
 
-/// fanout 1 -> 3, queue 2 -> 2 with client-individual ACKs, connect with 2 workers.
-fn all_scenarios(port: u16, server_pid: u32) {
-    let fanout = run(&["fanout", "--subscribers", "3", "--receipt-every", "200"], port, server_pid);
+/// fanout 1 -> 3, queue 2 -> 2 with client-individual ACKs, connect with 2 workers; returns
+/// the fanout report.
+fn all_scenarios(via: &[&str], port: u16, server_pid: u32) -> Value {
+    let fanout = run(&["fanout", "--subscribers", "3", "--receipt-every", "200"], via, port, server_pid);
     assert_eq!(fanout["scenario"], "fanout", "{fanout}");
     assert_messages_flowed(&fanout, 3);
 
-    let queue = run(&["queue", "--producers", "2", "--consumers", "2", "--receipt-every", "200"], port, server_pid);
+    let queue = run(&["queue", "--producers", "2", "--consumers", "2", "--receipt-every", "200"], via, port, server_pid);
     assert_eq!(queue["scenario"], "queue", "{queue}");
     assert_messages_flowed(&queue, 1);
 
-    let connect = run(&["connect", "--workers", "2"], port, server_pid);
+    let connect = run(&["connect", "--workers", "2"], via, port, server_pid);
     assert!(n(&connect, "connections") > 0, "{connect}");
     assert!(connect["connections_per_s"].as_f64().unwrap() > 0.0, "{connect}");
+    fanout
 }
 
 #[test]
 fn the_harness_scenarios_account_exactly_against_the_gateway() {
     let server = TestServer::start();
-    all_scenarios(server.addr.port(), std::process::id());
+    all_scenarios(&[], server.addr.port(), std::process::id());
+}
+
+#[test]
+fn the_harness_scenarios_account_exactly_over_websocket() {
+    let server = TestServer::start_with(|c| c.ws_addr = Some("127.0.0.1:0".parse().unwrap()));
+    let ws = server.server().ws_addr().expect("the WebSocket listener is bound");
+    let fanout = all_scenarios(&["--ws"], ws.port(), std::process::id());
+    assert_eq!(fanout["params"]["ws"], true, "the report says the run was over WebSocket: {fanout}");
 }
 
 #[test]
 fn the_bare_relay_baseline_serves_every_compared_scenario() {
     let relay = Relay::start();
-    all_scenarios(relay.port, relay.child.id());
+    all_scenarios(&[], relay.port, relay.child.id());
 }
