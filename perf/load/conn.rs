@@ -453,6 +453,10 @@ impl Conn {
                 return Err(LoadError::Protocol { context: ctx.into(), text: format!("no RECEIPT within {timeout:?}") });
             }
             match self.rd.read_from(&mut self.stream) {
+                // RabbitMQ's Web-STOMP (3.10) answers DISCONNECT by closing the WebSocket
+                // ("STOMP died") without the RECEIPT; over WebSocket a close here ends the
+                // connection as gracefully as the RECEIPT would (stompgate sends the RECEIPT).
+                Ok(0) if matches!(self.stream, Stream::Ws(_)) => return Ok(()),
                 Ok(0) => return Err(eof(ctx)),
                 Ok(_) => {}
                 Err(e) if retryable(&e) => {}
