@@ -10,7 +10,8 @@
 #
 # Ports (all on 127.0.0.1 only; stompgate keeps its default 61613):
 #   rabbitmq  STOMP 61623 (plugin rabbitmq_stomp), STOMP over TLS 61624, Web-STOMP 15684
-#             (plugin rabbitmq_web_stomp, path /ws), AMQP 5672, epmd 4369, distribution 25672
+#             (plugin rabbitmq_web_stomp, path /ws; binary WebSocket frames, as its text default
+#             cannot carry non-UTF-8 bodies), AMQP 5672, epmd 4369, distribution 25672
 #   activemq  STOMP 61633, STOMP over TLS 61634 (stomp+nio+ssl; every other transport connector
 #             removed, JMX connector off). No WebSocket: Debian's activemq package lacks the
 #             Jetty WebSocket jars its ws:// connector needs.
@@ -156,6 +157,7 @@ ssl_options.versions.1 = tlsv1.3
 ssl_options.versions.2 = tlsv1.2
 web_stomp.tcp.ip = 127.0.0.1
 web_stomp.tcp.port = $RABBITMQ_WEB_STOMP_PORT
+web_stomp.ws_frame = binary
 loopback_users.guest = true
 EOF
     ERL_EPMD_ADDRESS=127.0.0.1 rabbitmq-plugins enable --offline rabbitmq_stomp rabbitmq_web_stomp >&2

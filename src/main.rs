@@ -70,12 +70,13 @@ fn main() {
     let (ws, wss) = (server.ws_addr(), server.ws_tls_addr());
     let ws = format!("{}{}", ws.map_or_else(|| "off".into(), |a| format!("ws://{a}")), wss.map(|a| format!(" wss://{a}")).unwrap_or_default());
     let amqp = server.amqp_addr().map_or_else(|| "off".into(), |a| a.to_string());
+    let amqps = server.amqp_tls_addr().map_or_else(|| "off".into(), |a| a.to_string());
     match &remote {
         Some(array) => {
-            tracing::info!(stomp = %plain, stomp_tls = %tls, websocket = %ws, %amqp, cores = cpus.len(), cpus = ?cpus, %array, "stompgate listening (remote array; the gRPC API is the array's)")
+            tracing::info!(stomp = %plain, stomp_tls = %tls, websocket = %ws, %amqp, %amqps, cores = cpus.len(), cpus = ?cpus, %array, "stompgate listening (remote array; the gRPC API is the array's)")
         }
         None => {
-            tracing::info!(stomp = %plain, stomp_tls = %tls, websocket = %ws, %amqp, cores = cpus.len(), cpus = ?cpus, "stompgate listening (embedded array)")
+            tracing::info!(stomp = %plain, stomp_tls = %tls, websocket = %ws, %amqp, %amqps, cores = cpus.len(), cpus = ?cpus, "stompgate listening (embedded array)")
         }
     }
     // Availability first (seed 003): a gRPC listener that cannot bind is logged and the

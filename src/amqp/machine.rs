@@ -23,9 +23,16 @@
 //! receiver there is a responder ([`ResponderOp`], [`Machine::deliver_request`]) answering
 //! through `responses/<core>.<RequestID>` ([`Response`]).
 //!
-//! Not yet: selectors, consumer groups, durable Events-Store identities, session-window
-//! enforcement, EXTERNAL, and the idle time-out watchdog on our side (we advertise it; see
-//! `tick`).
+//! Limits and liveness (§3.1): SessionMax (channel-max), MaxLinksPerSession (handle-max; an
+//! ATTACH beyond it is refused with amqp:resource-limit-exceeded), MaxConnections (a connection
+//! over it is refused at OPEN, [`Machine::refuse_at_open`]), and the idle time-out: we advertise
+//! half of ours, and the connection's I/O side calls [`Machine::idle_expired`] when the peer sent
+//! nothing for all of it, and [`Machine::heartbeat`] to keep the peer's own time-out from
+//! expiring. SASL EXTERNAL is offered (first) only on TLS with a verified client certificate,
+//! whose CN is the identity (§3.4).
+//!
+//! Not yet: selectors, consumer groups, durable Events-Store identities and session-window
+//! enforcement.
 use super::address::{judge_attach, route_to, Attach as Judge, DynamicAddress, Node, NodeHint, PeerRole, Permission, ServerRole};
 use super::error::AmqpError;
 use super::frame::{self, Frame, FrameDecoder, FrameError, ProtocolHeader, SaslBody};
@@ -67,6 +74,10 @@ pub struct Settings {
     /// Whether a peer receiver on `commands/…` / `queries/…` can be a responder: the embedded
     /// array only (a remote array's requests do not reach this gateway's responders).
     pub responders: bool,
+    /// MaxLinksPerSession: handle-max = this - 1, and the most links one session may have.
+    pub max_links_per_session: u32,
+    /// The verified TLS client certificate's CN: SASL EXTERNAL is offered, with this identity.
+    pub external_identity: Option<Bytes>,
 }
 
 impl Default for Settings {
@@ -83,6 +94,8 @@ impl Default for Settings {
             rpc_timeout_s: 30,
             rpc_max_pending: 512,
             responders: true,
+            max_links_per_session: 256,
+            external_identity: None,
         }
     }
 }
@@ -221,6 +234,10 @@ pub struct Machine {
     rpc_pending: u32,
     /// Numbers the message ids of RPC replies (`reply-<n>`).
     next_reply: u64,
+    /// The peer's idle time-out from its OPEN, ms: it expects a frame at least this often.
+    peer_idle_timeout_ms: Option<u32>,
+    /// Set when the connection must be refused once its OPEN arrives (MaxConnections).
+    refuse_open: Option<AmqpError>,
 }
 
 impl Machine {
@@ -241,6 +258,37 @@ impl Machine {
             dynamic: AHashMap::new(),
             rpc_pending: 0,
             next_reply: 1,
+            peer_idle_timeout_ms: None,
+            refuse_open: None,
+        }
+    }
+
+    /// The connection is over a limit (MaxConnections): its OPEN is answered, then closed with
+    /// `cond` (AMQP has no way to refuse before OPEN; the client sees the condition).
+    pub fn refuse_at_open(&mut self, cond: AmqpError) {
+        self.refuse_open = Some(cond);
+    }
+
+    /// How often the peer expects to hear from us, ms (its OPEN's idle time-out): an empty
+    /// frame at half of it keeps the connection alive. None before OPEN or when it set none.
+    pub fn peer_idle_timeout_ms(&self) -> Option<u32> {
+        self.peer_idle_timeout_ms.filter(|_| self.phase == Phase::Open)
+    }
+
+    /// The peer sent nothing for our whole idle time-out: CLOSE with
+    /// amqp:resource-limit-exceeded (§3.3 lists the idle time-out under it), then close.
+    pub fn idle_expired(&mut self, out: &mut Out) {
+        if self.phase == Phase::Open {
+            self.release(out);
+            self.write_close(Some(AmqpError::ResourceLimitExceeded), out);
+        }
+        self.close_now(out);
+    }
+
+    /// An empty frame (AMQP's heart-beat), when the connection is open.
+    pub fn heartbeat(&mut self, out: &mut Out) {
+        if self.phase == Phase::Open {
+            frame::write_empty(&mut out.write);
         }
     }
 
@@ -281,7 +329,12 @@ impl Machine {
             Ok(None) => false,
             Ok(Some(ProtocolHeader::Sasl)) if !sasl_done => {
                 out.write.extend_from_slice(&frame::SASL_HEADER);
-                let mut mechs = vec![Symbol::from("PLAIN")];
+                // EXTERNAL → PLAIN → ANONYMOUS (§3.4).
+                let mut mechs = Vec::with_capacity(3);
+                if self.s.external_identity.is_some() {
+                    mechs.push(Symbol::from("EXTERNAL"));
+                }
+                mechs.push(Symbol::from("PLAIN"));
                 if !self.s.auth_required {
                     mechs.push(Symbol::from("ANONYMOUS"));
                 }
@@ -336,6 +389,15 @@ impl Machine {
         let response = init.initial_response.as_ref().map(|b| b.as_slice()).unwrap_or_default();
         let ok = match init.mechanism.0.as_str() {
             "ANONYMOUS" => !self.s.auth_required,
+            // The verified certificate is the credential (authentication on or off).
+            "EXTERNAL" => match &self.s.external_identity {
+                Some(id) => {
+                    self.client_id = id.clone();
+                    self.identified = true;
+                    true
+                }
+                None => false,
+            },
             "PLAIN" => {
                 // authzid NUL authcid NUL passwd; the password is the JWT when auth is on.
                 let mut parts = response.splitn(3, |&b| b == 0);
@@ -377,6 +439,7 @@ impl Machine {
             }
         }
         self.peer_max_frame = open.max_frame_size.0.clamp(frame::MIN_MAX_FRAME_SIZE, self.s.max_frame_size);
+        self.peer_idle_timeout_ms = open.idle_time_out.filter(|&ms| ms > 0);
         let channel_max = open.channel_max.0.min(self.s.session_max.saturating_sub(1));
         let reply = Open {
             container_id: "KubeMQ".into(),
@@ -392,6 +455,9 @@ impl Machine {
         };
         frame::write_amqp(&mut out.write, 0, &Performative::Open(reply), &[]);
         self.phase = Phase::Open;
+        if let Some(cond) = self.refuse_open.take() {
+            self.fail_connection(cond, out);
+        }
     }
 
     fn on_performative(&mut self, ch: u16, p: Performative, payload: Bytes, host: &dyn Host, out: &mut Out) {
@@ -423,7 +489,7 @@ impl Machine {
             next_outgoing_id: 0,
             incoming_window: WINDOW,
             outgoing_window: WINDOW,
-            handle_max: Handle(u32::from(self.s.session_max)),
+            handle_max: Handle(self.s.max_links_per_session.saturating_sub(1)),
             offered_capabilities: None,
             desired_capabilities: None,
             properties: None,
@@ -446,6 +512,10 @@ impl Machine {
         let handle = a.handle.0;
         if sess.links.contains_key(&handle) {
             return self.fail_connection(AmqpError::NotAllowed, out);
+        }
+        // MaxLinksPerSession: past handle-max, or one link too many.
+        if handle >= self.s.max_links_per_session || sess.links.len() >= self.s.max_links_per_session as usize {
+            return self.refuse_attach(ch, a, AmqpError::ResourceLimitExceeded, out);
         }
         let role = if a.role == Role::Sender { PeerRole::Sender } else { PeerRole::Receiver };
         let judged = {

@@ -37,6 +37,19 @@ struct AmqpConn {
     me: Weak<AmqpConn>,
     /// Responder links registered with the array: sub → (pattern, channel, responder id).
     responders: RefCell<ahash::AHashMap<SubNo, (Pattern, Channel, u64)>>,
+    /// When the peer last sent bytes, and when we last wrote: the idle time-out and our
+    /// heart-beats run on these, checked on the core's housekeeping tick.
+    last_read: Cell<Instant>,
+    last_write: Cell<Instant>,
+}
+
+/// Counts this connection in `Shared::amqp_connections` while it lives.
+struct Counted<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The machine's view of the process: this core (message ids, clock, JWT verification).
@@ -174,7 +187,30 @@ impl Endpoint for AmqpConn {
         self.with_machine(core, |m, out| m.failed(token, AmqpError::ResourceLimitExceeded, out));
     }
 
-    fn tick(&self, _core: &Rc<Core>, _now: Instant) {}
+    /// The idle time-out (the peer sent nothing for all of ours: closed with
+    /// amqp:resource-limit-exceeded), and our heart-beat: an empty frame once nothing was
+    /// written for half the peer's time-out (TICK, 100 ms, is the resolution of both).
+    fn tick(&self, core: &Rc<Core>, now: Instant) {
+        if self.dead.get() || self.closing.get() {
+            return;
+        }
+        let (idle_ms, peer_ms) = {
+            let m = self.machine.borrow();
+            (m.idle_timeout_ms(), m.peer_idle_timeout_ms())
+        };
+        if idle_ms > 0 && now.saturating_duration_since(self.last_read.get()).as_millis() >= u128::from(idle_ms) {
+            tracing::debug!(core = %core.id, conn = self.id.0, idle_ms, "amqp: idle time-out; closing");
+            self.with_machine(core, |m, out| m.idle_expired(out));
+            core.drain_local();
+            return;
+        }
+        if let Some(peer_ms) = peer_ms {
+            if now.saturating_duration_since(self.last_write.get()).as_millis() >= u128::from(peer_ms / 2) {
+                self.last_write.set(now);
+                self.with_machine(core, |m, out| m.heartbeat(out));
+            }
+        }
+    }
 
     fn shut_down(&self, core: &Rc<Core>) {
         self.with_machine(core, |m, out| m.shut_down(out));
@@ -187,25 +223,42 @@ impl Endpoint for AmqpConn {
     }
 }
 
-/// The settings from the configuration (the rest at KubeMQ's defaults for now).
-fn settings(core: &Core, conn: ConnId) -> Settings {
+/// The connection's settings from the configuration (KubeMQ's `CONNECTORS_AMQP10_*`, §3.1;
+/// GetBatchSize has nothing to cap here, see `--help`).
+fn settings(core: &Core, conn: ConnId, external_identity: Option<Bytes>) -> Settings {
+    let c = &core.cfg;
     Settings {
-        max_frame_size: core.cfg.amqp_max_frame_size,
-        max_message_size: core.cfg.amqp_max_message_size,
-        auth_required: core.cfg.auth.jwt.is_some(),
+        max_frame_size: c.amqp_max_frame_size,
+        max_message_size: c.amqp_max_message_size,
+        session_max: c.amqp_session_max,
+        idle_timeout_ms: c.amqp_idle_timeout_s.saturating_mul(1000),
+        default_pattern: c.amqp_default_pattern,
+        max_unsettled_per_link: c.amqp_max_unsettled_per_link,
+        auth_required: c.auth.jwt.is_some(),
         // Unique in the process: the core in the high bits, the core's connection number below.
         conn: ((core.id.index() as u64) << 48) | (conn.0 & ((1 << 48) - 1)),
-        responders: core.cfg.array == ArrayMode::Embedded,
-        ..Settings::default()
+        rpc_timeout_s: c.amqp_rpc_timeout_s,
+        rpc_max_pending: c.amqp_rpc_max_pending,
+        responders: c.array == ArrayMode::Embedded,
+        max_links_per_session: c.amqp_max_links_per_session,
+        external_identity,
     }
 }
 
-/// Serves one accepted AMQP connection until it closes.
-pub async fn serve(core: Rc<Core>, stream: Stream) {
+/// Serves one accepted AMQP connection until it closes. `identity`: the verified TLS client
+/// certificate's CN (amqps with `--tls-client-ca`), offered as SASL EXTERNAL.
+pub async fn serve(core: Rc<Core>, stream: Stream, identity: Option<Bytes>) {
     let peer = stream.peer_addr();
     let (mut rd, mut wr, fd) = stream::split(stream);
     let id = core.new_conn_id();
-    let machine = Machine::new(settings(&core, id), Bytes::from(format!("amqp10-{}-{}", core.id, id.0)));
+    let mut machine = Machine::new(settings(&core, id, identity), Bytes::from(format!("amqp10-{}-{}", core.id, id.0)));
+    let open = core.shared.amqp_connections.fetch_add(1, Ordering::Relaxed) + 1;
+    let _counted = Counted(&core.shared.amqp_connections);
+    let limit = core.cfg.amqp_max_connections as usize;
+    if limit > 0 && open > limit {
+        tracing::info!(core = %core.id, conn = id.0, limit, "amqp: connection over --amqp-max-connections; refused at OPEN");
+        machine.refuse_at_open(AmqpError::ResourceLimitExceeded);
+    }
     let conn = Rc::new_cyclic(|me| AmqpConn {
         id,
         fd,
@@ -217,6 +270,8 @@ pub async fn serve(core: Rc<Core>, stream: Stream) {
         peer,
         me: me.clone(),
         responders: RefCell::new(ahash::AHashMap::new()),
+        last_read: Cell::new(Instant::now()),
+        last_write: Cell::new(Instant::now()),
     });
     core.attach(id, Rc::clone(&conn) as Rc<dyn Endpoint>);
     tracing::debug!(core = %core.id, conn = id.0, "amqp connection accepted");
@@ -231,8 +286,11 @@ pub async fn serve(core: Rc<Core>, stream: Stream) {
                 if conn.dead.get() {
                     break;
                 }
-                if !chunk.is_empty() && wr.write_all(&chunk).await.is_err() {
-                    break;
+                if !chunk.is_empty() {
+                    if wr.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                    conn.last_write.set(Instant::now());
                 }
                 if conn.closing.get() && conn.wbuf.borrow().is_empty() {
                     let _ = wr.flush().await;
@@ -256,6 +314,7 @@ pub async fn serve(core: Rc<Core>, stream: Stream) {
         if n == 0 || conn.dead.get() {
             break;
         }
+        conn.last_read.set(Instant::now());
         let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             conn.with_machine(&core, |m, out| m.feed(&mut rbuf, &CoreHost(&core, conn.peer), out));
         }));

@@ -44,6 +44,69 @@ pub(super) struct Cli {
     #[arg(long, value_name = "BYTES")]
     pub(super) amqp_max_message_size: Option<String>,
 
+    /// `false` turns both AMQP 1.0 listeners off (as --amqp-addr off --amqp-tls-addr off).
+    /// Default true. Env CONNECTORS_AMQP10_ENABLE. TOML key: amqp_enable.
+    #[arg(long, value_name = "true|false")]
+    pub(super) amqp_enable: Option<String>,
+
+    /// AMQP 1.0 over TLS (amqps) listener address (IP:PORT), or `off`. Bound only with
+    /// --tls-cert and --tls-key (the STOMP TLS certificate, client CA and reload). Default
+    /// 0.0.0.0:5671. Env CONNECTORS_AMQP10_TLS_PORT sets only the port. TOML key: amqp_tls_addr.
+    #[arg(long, value_name = "IP:PORT|off")]
+    pub(super) amqp_tls_addr: Option<String>,
+
+    /// AMQP 1.0 sessions per connection (channel-max = min(client, this - 1)), 1-65535.
+    /// Default 256. Env CONNECTORS_AMQP10_SESSION_MAX. TOML key: amqp_session_max.
+    #[arg(long, value_name = "N")]
+    pub(super) amqp_session_max: Option<String>,
+
+    /// AMQP 1.0 links per session (handle-max = this - 1); an ATTACH beyond it is refused with
+    /// amqp:resource-limit-exceeded. Default 256. Env CONNECTORS_AMQP10_MAX_LINKS_PER_SESSION.
+    /// TOML key: amqp_max_links_per_session.
+    #[arg(long, value_name = "N")]
+    pub(super) amqp_max_links_per_session: Option<String>,
+
+    /// AMQP 1.0 connections open at once in this process, 0 = unlimited; the one over it is
+    /// refused at OPEN with amqp:resource-limit-exceeded. Default 1000. Env
+    /// CONNECTORS_AMQP10_MAX_CONNECTIONS. TOML key: amqp_max_connections.
+    #[arg(long, value_name = "N")]
+    pub(super) amqp_max_connections: Option<String>,
+
+    /// AMQP 1.0 idle time-out, seconds, 0 = off: a connection that sends nothing for this long
+    /// is closed with amqp:resource-limit-exceeded; OPEN advertises half of it. Default 120.
+    /// Env CONNECTORS_AMQP10_IDLE_TIMEOUT_SECONDS. TOML key: amqp_idle_timeout_s.
+    #[arg(long, value_name = "SECONDS")]
+    pub(super) amqp_idle_timeout_s: Option<String>,
+
+    /// The pattern of a bare AMQP address without a node-capability hint: queues, events,
+    /// events-store, commands or queries. Default queues. Env CONNECTORS_AMQP10_DEFAULT_PATTERN.
+    /// TOML key: amqp_default_pattern.
+    #[arg(long, value_name = "PATTERN")]
+    pub(super) amqp_default_pattern: Option<String>,
+
+    /// KubeMQ's cap on one queue Get, 1-1024; validated and kept for parity (stompgate's queue
+    /// links are fed by credit-sized subscriptions, not Get batches). Default 32. Env
+    /// CONNECTORS_AMQP10_GET_BATCH_SIZE. TOML key: amqp_get_batch_size.
+    #[arg(long, value_name = "N")]
+    pub(super) amqp_get_batch_size: Option<String>,
+
+    /// Unsettled queue deliveries per AMQP 1.0 link, and the credit given to a client sender.
+    /// Default 1024. Env CONNECTORS_AMQP10_MAX_UNSETTLED_PER_LINK. TOML key:
+    /// amqp_max_unsettled_per_link.
+    #[arg(long, value_name = "N")]
+    pub(super) amqp_max_unsettled_per_link: Option<String>,
+
+    /// AMQP 1.0 RPC time-out without a header.ttl, seconds (at least 1). Default 30. Env
+    /// CONNECTORS_AMQP10_DEFAULT_RPC_TIMEOUT_SECONDS. TOML key: amqp_rpc_timeout_s.
+    #[arg(long, value_name = "SECONDS")]
+    pub(super) amqp_rpc_timeout_s: Option<String>,
+
+    /// AMQP 1.0 RPC requests in flight per connection; one more is rejected with
+    /// amqp:resource-limit-exceeded. Default 512. Env CONNECTORS_AMQP10_RPC_MAX_PENDING. TOML
+    /// key: amqp_rpc_max_pending.
+    #[arg(long, value_name = "N")]
+    pub(super) amqp_rpc_max_pending: Option<String>,
+
     /// STOMP over TLS listener address (IP:PORT), or `off`. Bound only when --tls-cert and
     /// --tls-key are given. Default 0.0.0.0:61614. Env CONNECTORS_STOMP_TLS_PORT sets only the
     /// port (the host stays that of the config file's stomp_tls_addr, else 0.0.0.0). TOML key:

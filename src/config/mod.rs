@@ -65,6 +65,27 @@ pub struct Config {
     pub amqp_max_frame_size: u32,
     /// AMQP 1.0 largest message, multi-frame transfers included (MaxMessageSize, default 100 MiB).
     pub amqp_max_message_size: usize,
+    /// AMQP 1.0 over TLS (TlsPort); bound only with a certificate; `None` = off (also in
+    /// `Config::default()`); the command line's default is [`DEFAULT_AMQP_TLS_ADDR`].
+    pub amqp_tls_addr: Option<SocketAddr>,
+    /// SessionMax: channel-max = min(client, this - 1).
+    pub amqp_session_max: u16,
+    /// MaxLinksPerSession: handle-max = this - 1.
+    pub amqp_max_links_per_session: u32,
+    /// MaxConnections (AMQP connections open at once in this process), 0 = unlimited.
+    pub amqp_max_connections: u32,
+    /// IdleTimeoutSeconds, 0 = off (advertised as half, in ms).
+    pub amqp_idle_timeout_s: u32,
+    /// DefaultPattern of a bare address without a node-capability hint.
+    pub amqp_default_pattern: crate::model::Pattern,
+    /// GetBatchSize: validated for parity; no Get batch exists to cap (see `--help`).
+    pub amqp_get_batch_size: u32,
+    /// MaxUnsettledPerLink: unsettled queue deliveries per link, and a client sender's credit.
+    pub amqp_max_unsettled_per_link: u32,
+    /// DefaultRpcTimeoutSeconds.
+    pub amqp_rpc_timeout_s: u64,
+    /// RpcMaxPending, per connection.
+    pub amqp_rpc_max_pending: u32,
     /// CPUs to run one pinned executor on (from `--cpus`, else the first `--cores` online CPUs,
     /// else all online CPUs). Never empty.
     pub cpus: Vec<usize>,
@@ -161,6 +182,8 @@ pub struct StompTls {
 pub const DEFAULT_WS_ADDR: &str = "0.0.0.0:15674";
 /// The command line's AMQP 1.0 listener (KubeMQ's AMQP connector port).
 pub const DEFAULT_AMQP_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 5672);
+/// The AMQP 1.0 over TLS listener's command-line default (KubeMQ's TlsPort 5671).
+pub const DEFAULT_AMQP_TLS_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 5671);
 /// The command line's default secure WebSocket listener.
 pub const DEFAULT_WS_TLS_ADDR: &str = "0.0.0.0:15673";
 
@@ -220,6 +243,16 @@ impl Default for Config {
             amqp_addr: None,
             amqp_max_frame_size: 131_072,
             amqp_max_message_size: 100 * 1024 * 1024,
+            amqp_tls_addr: None,
+            amqp_session_max: 256,
+            amqp_max_links_per_session: 256,
+            amqp_max_connections: 1000,
+            amqp_idle_timeout_s: 120,
+            amqp_default_pattern: crate::model::Pattern::Queues,
+            amqp_get_batch_size: 32,
+            amqp_max_unsettled_per_link: 1024,
+            amqp_rpc_timeout_s: 30,
+            amqp_rpc_max_pending: 512,
             cpus: vec![0],
             default_pattern: DefaultPattern::Events,
             heartbeat_ms: 10_000,

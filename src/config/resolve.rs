@@ -3,7 +3,7 @@
 //! file and token, the STOMP address with its env port).
 use super::flags::Cli;
 use super::sources::{env, File, Source, Sources};
-use super::values::{invalid, parse_addr, parse_default_pattern, parse_port, parse_uint, text};
+use super::values::{invalid, parse_addr, parse_amqp_pattern, parse_bool, parse_default_pattern, parse_port, parse_uint, text};
 use super::{ArrayMode, Config, RemoteArray, ServerTls, StompTls, StoreConfig, StoreSync};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -49,7 +49,26 @@ impl Config {
                 }
             }
         };
-        let amqp_addr = Self::resolve_addr(&src, "amqp-addr", &cli.amqp_addr, env::AMQP10_PORT, "amqp_addr", super::DEFAULT_AMQP_ADDR)?;
+        let amqp_enabled = match src.pick("amqp-enable", &cli.amqp_enable, Some(env::AMQP10_ENABLE), "amqp_enable") {
+            None => true,
+            Some((raw, source)) => parse_bool(&raw, source)?,
+        };
+        let (amqp_addr, amqp_tls_addr) = if amqp_enabled {
+            (
+                Self::resolve_addr(&src, "amqp-addr", &cli.amqp_addr, env::AMQP10_PORT, "amqp_addr", super::DEFAULT_AMQP_ADDR)?,
+                Self::resolve_addr(&src, "amqp-tls-addr", &cli.amqp_tls_addr, env::AMQP10_TLS_PORT, "amqp_tls_addr", super::DEFAULT_AMQP_TLS_ADDR)?,
+            )
+        } else {
+            (None, None)
+        };
+        let amqp_default_pattern = match src.pick("amqp-default-pattern", &cli.amqp_default_pattern, Some(env::AMQP10_DEFAULT_PATTERN), "amqp_default_pattern")
+        {
+            None => d.amqp_default_pattern,
+            Some((raw, source)) => {
+                let s = text(&raw, source)?;
+                parse_amqp_pattern(s).ok_or_else(|| invalid(source, format!("{s:?} is not one of queues, events, events-store, commands, queries")))?
+            }
+        };
         let cpus = Self::resolve_cpus(&src, online)?;
 
         let default_pattern = match src.pick("default-pattern", &cli.default_pattern, Some(env::DEFAULT_PATTERN), "default_pattern") {
@@ -81,6 +100,22 @@ impl Config {
             amqp_addr,
             amqp_max_frame_size: uint!(amqp_max_frame_size, "amqp-max-frame-size", Some(env::AMQP10_MAX_FRAME_SIZE), 512),
             amqp_max_message_size: uint!(amqp_max_message_size, "amqp-max-message-size", Some(env::AMQP10_MAX_MESSAGE_SIZE), 1),
+            amqp_tls_addr,
+            amqp_session_max: uint!(amqp_session_max, "amqp-session-max", Some(env::AMQP10_SESSION_MAX), 1),
+            amqp_max_links_per_session: uint!(amqp_max_links_per_session, "amqp-max-links-per-session", Some(env::AMQP10_MAX_LINKS_PER_SESSION), 1),
+            amqp_max_connections: uint!(amqp_max_connections, "amqp-max-connections", Some(env::AMQP10_MAX_CONNECTIONS), 0),
+            amqp_idle_timeout_s: uint!(amqp_idle_timeout_s, "amqp-idle-timeout-s", Some(env::AMQP10_IDLE_TIMEOUT_SECONDS), 0),
+            amqp_default_pattern,
+            amqp_get_batch_size: match src.pick("amqp-get-batch-size", &cli.amqp_get_batch_size, Some(env::AMQP10_GET_BATCH_SIZE), "amqp_get_batch_size") {
+                None => d.amqp_get_batch_size,
+                Some((raw, source)) => match parse_uint(&raw, source, 1)? {
+                    n if n > 1024 => return Err(invalid(source, "must be at most 1024")),
+                    n => n,
+                },
+            },
+            amqp_max_unsettled_per_link: uint!(amqp_max_unsettled_per_link, "amqp-max-unsettled-per-link", Some(env::AMQP10_MAX_UNSETTLED_PER_LINK), 1),
+            amqp_rpc_timeout_s: uint!(amqp_rpc_timeout_s, "amqp-rpc-timeout-s", Some(env::AMQP10_DEFAULT_RPC_TIMEOUT_SECONDS), 1),
+            amqp_rpc_max_pending: uint!(amqp_rpc_max_pending, "amqp-rpc-max-pending", Some(env::AMQP10_RPC_MAX_PENDING), 1),
             cpus,
             default_pattern,
             heartbeat_ms: uint!(heartbeat_ms, "heartbeat-ms", Some(env::HEARTBEAT_MS), 0),

@@ -12,6 +12,17 @@ pub mod env {
     pub const AMQP10_PORT: &str = "CONNECTORS_AMQP10_PORT";
     pub const AMQP10_MAX_FRAME_SIZE: &str = "CONNECTORS_AMQP10_MAX_FRAME_SIZE";
     pub const AMQP10_MAX_MESSAGE_SIZE: &str = "CONNECTORS_AMQP10_MAX_MESSAGE_SIZE";
+    pub const AMQP10_ENABLE: &str = "CONNECTORS_AMQP10_ENABLE";
+    pub const AMQP10_TLS_PORT: &str = "CONNECTORS_AMQP10_TLS_PORT";
+    pub const AMQP10_SESSION_MAX: &str = "CONNECTORS_AMQP10_SESSION_MAX";
+    pub const AMQP10_MAX_LINKS_PER_SESSION: &str = "CONNECTORS_AMQP10_MAX_LINKS_PER_SESSION";
+    pub const AMQP10_MAX_CONNECTIONS: &str = "CONNECTORS_AMQP10_MAX_CONNECTIONS";
+    pub const AMQP10_IDLE_TIMEOUT_SECONDS: &str = "CONNECTORS_AMQP10_IDLE_TIMEOUT_SECONDS";
+    pub const AMQP10_DEFAULT_PATTERN: &str = "CONNECTORS_AMQP10_DEFAULT_PATTERN";
+    pub const AMQP10_GET_BATCH_SIZE: &str = "CONNECTORS_AMQP10_GET_BATCH_SIZE";
+    pub const AMQP10_MAX_UNSETTLED_PER_LINK: &str = "CONNECTORS_AMQP10_MAX_UNSETTLED_PER_LINK";
+    pub const AMQP10_DEFAULT_RPC_TIMEOUT_SECONDS: &str = "CONNECTORS_AMQP10_DEFAULT_RPC_TIMEOUT_SECONDS";
+    pub const AMQP10_RPC_MAX_PENDING: &str = "CONNECTORS_AMQP10_RPC_MAX_PENDING";
     pub const DEFAULT_PATTERN: &str = "CONNECTORS_STOMP_DEFAULT_PATTERN";
     pub const HEARTBEAT_MS: &str = "CONNECTORS_STOMP_HEARTBEAT_MS";
     pub const MAX_CONNECTIONS: &str = "CONNECTORS_STOMP_MAX_CONNECTIONS";
@@ -49,7 +60,7 @@ pub mod env {
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 44] = [
+pub const TOML_KEYS: [&str; 55] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -94,6 +105,17 @@ pub const TOML_KEYS: [&str; 44] = [
     "amqp_addr",
     "amqp_max_frame_size",
     "amqp_max_message_size",
+    "amqp_enable",
+    "amqp_tls_addr",
+    "amqp_session_max",
+    "amqp_max_links_per_session",
+    "amqp_max_connections",
+    "amqp_idle_timeout_s",
+    "amqp_default_pattern",
+    "amqp_get_batch_size",
+    "amqp_max_unsettled_per_link",
+    "amqp_rpc_timeout_s",
+    "amqp_rpc_max_pending",
 ];
 
 /// Where a raw value came from; its `Display` names the setting as the user wrote it.

@@ -52,6 +52,7 @@ fn defaults() {
         ws_addr: ws(super::DEFAULT_WS_ADDR),
         ws_tls_addr: ws(super::DEFAULT_WS_TLS_ADDR),
         amqp_addr: Some(super::DEFAULT_AMQP_ADDR),
+        amqp_tls_addr: Some(super::DEFAULT_AMQP_TLS_ADDR),
         ..Config::default()
     };
     assert_eq!(c, on_the_command_line);
@@ -144,6 +145,16 @@ fn each_env_name() {
             amqp_addr: Some("0.0.0.0:5672".parse().unwrap()),
             amqp_max_frame_size: 131_072,
             amqp_max_message_size: 104_857_600,
+            amqp_tls_addr: Some(super::DEFAULT_AMQP_TLS_ADDR),
+            amqp_session_max: 256,
+            amqp_max_links_per_session: 256,
+            amqp_max_connections: 1000,
+            amqp_idle_timeout_s: 120,
+            amqp_default_pattern: crate::model::Pattern::Queues,
+            amqp_get_batch_size: 32,
+            amqp_max_unsettled_per_link: 1024,
+            amqp_rpc_timeout_s: 30,
+            amqp_rpc_max_pending: 512,
             cpus: ONLINE.to_vec(),
             default_pattern: DefaultPattern::Store,
             heartbeat_ms: 0,
@@ -232,6 +243,16 @@ ws_allowed_origins = "*"
             amqp_addr: Some("0.0.0.0:5672".parse().unwrap()),
             amqp_max_frame_size: 131_072,
             amqp_max_message_size: 104_857_600,
+            amqp_tls_addr: Some(super::DEFAULT_AMQP_TLS_ADDR),
+            amqp_session_max: 256,
+            amqp_max_links_per_session: 256,
+            amqp_max_connections: 1000,
+            amqp_idle_timeout_s: 120,
+            amqp_default_pattern: crate::model::Pattern::Queues,
+            amqp_get_batch_size: 32,
+            amqp_max_unsettled_per_link: 1024,
+            amqp_rpc_timeout_s: 30,
+            amqp_rpc_max_pending: 512,
             cpus: vec![0, 2, 3],
             default_pattern: DefaultPattern::Queues,
             heartbeat_ms: 5000,
@@ -562,4 +583,76 @@ fn amqp_listener_and_limits() {
     assert_eq!((c.amqp_addr, c.amqp_max_frame_size, c.amqp_max_message_size), (Some("0.0.0.0:5674".parse().unwrap()), 512, 9));
     assert!(parse(&["--amqp-max-frame-size", "511"]).is_err());
     assert!(parse(&["--amqp-max-message-size", "0"]).is_err());
+}
+
+#[test]
+fn amqp_settings_are_kubemqs_fourteen_by_flag_env_and_toml() {
+    use crate::model::Pattern;
+    let d = parse(&[]).unwrap();
+    assert_eq!(d.amqp_tls_addr, Some("0.0.0.0:5671".parse().unwrap()));
+    assert_eq!((d.amqp_session_max, d.amqp_max_links_per_session, d.amqp_max_connections, d.amqp_idle_timeout_s), (256, 256, 1000, 120));
+    assert_eq!((d.amqp_default_pattern, d.amqp_get_batch_size, d.amqp_max_unsettled_per_link), (Pattern::Queues, 32, 1024));
+    assert_eq!((d.amqp_rpc_timeout_s, d.amqp_rpc_max_pending), (30, 512));
+
+    let env = parse_env(
+        &[],
+        &[
+            ("CONNECTORS_AMQP10_TLS_PORT", "5699"),
+            ("CONNECTORS_AMQP10_SESSION_MAX", "7"),
+            ("CONNECTORS_AMQP10_MAX_LINKS_PER_SESSION", "8"),
+            ("CONNECTORS_AMQP10_MAX_CONNECTIONS", "0"),
+            ("CONNECTORS_AMQP10_IDLE_TIMEOUT_SECONDS", "0"),
+            ("CONNECTORS_AMQP10_DEFAULT_PATTERN", "events-store"),
+            ("CONNECTORS_AMQP10_GET_BATCH_SIZE", "1024"),
+            ("CONNECTORS_AMQP10_MAX_UNSETTLED_PER_LINK", "9"),
+            ("CONNECTORS_AMQP10_DEFAULT_RPC_TIMEOUT_SECONDS", "10"),
+            ("CONNECTORS_AMQP10_RPC_MAX_PENDING", "11"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(env.amqp_tls_addr, Some("0.0.0.0:5699".parse().unwrap()));
+    assert_eq!((env.amqp_session_max, env.amqp_max_links_per_session, env.amqp_max_connections, env.amqp_idle_timeout_s), (7, 8, 0, 0));
+    assert_eq!((env.amqp_default_pattern, env.amqp_get_batch_size, env.amqp_max_unsettled_per_link), (Pattern::EventsStore, 1024, 9));
+    assert_eq!((env.amqp_rpc_timeout_s, env.amqp_rpc_max_pending), (10, 11));
+
+    let flags = parse(&[
+        "--amqp-tls-addr",
+        "127.0.0.1:5698",
+        "--amqp-session-max",
+        "65535",
+        "--amqp-default-pattern",
+        "commands",
+        "--amqp-idle-timeout-s",
+        "3",
+        "--amqp-max-connections",
+        "2",
+    ])
+    .unwrap();
+    assert_eq!(flags.amqp_tls_addr, Some("127.0.0.1:5698".parse().unwrap()));
+    assert_eq!((flags.amqp_session_max, flags.amqp_default_pattern, flags.amqp_idle_timeout_s, flags.amqp_max_connections), (65535, Pattern::Commands, 3, 2));
+
+    let f = TempToml::new("amqp_enable = false\namqp_default_pattern = \"queries\"\namqp_rpc_max_pending = 4\n");
+    let file = parse(&["--config", f.path()]).unwrap();
+    assert_eq!((file.amqp_addr, file.amqp_tls_addr), (None, None), "Enable=false turns both listeners off");
+    assert_eq!((file.amqp_default_pattern, file.amqp_rpc_max_pending), (Pattern::Queries, 4));
+    let off = parse_env(&[], &[("CONNECTORS_AMQP10_ENABLE", "false")]).unwrap();
+    assert_eq!((off.amqp_addr, off.amqp_tls_addr), (None, None));
+    assert!(parse_env(&[], &[("CONNECTORS_AMQP10_ENABLE", "true")]).unwrap().amqp_addr.is_some());
+
+    // KubeMQ's validation (§3.1), each refusal one line naming the setting.
+    for (args, env, names) in [
+        (&["--amqp-session-max", "0"][..], &[][..], "--amqp-session-max"),
+        (&["--amqp-session-max", "65536"][..], &[][..], "--amqp-session-max"),
+        (&["--amqp-max-links-per-session", "0"][..], &[][..], "--amqp-max-links-per-session"),
+        (&["--amqp-get-batch-size", "1025"][..], &[][..], "--amqp-get-batch-size"),
+        (&["--amqp-get-batch-size", "0"][..], &[][..], "--amqp-get-batch-size"),
+        (&["--amqp-max-unsettled-per-link", "0"][..], &[][..], "--amqp-max-unsettled-per-link"),
+        (&["--amqp-rpc-timeout-s", "0"][..], &[][..], "--amqp-rpc-timeout-s"),
+        (&["--amqp-rpc-max-pending", "0"][..], &[][..], "--amqp-rpc-max-pending"),
+        (&["--amqp-default-pattern", "store"][..], &[][..], "--amqp-default-pattern"),
+        (&[][..], &[("CONNECTORS_AMQP10_ENABLE", "maybe")][..], "CONNECTORS_AMQP10_ENABLE"),
+    ] {
+        let e = err(args, env);
+        assert!(e.contains(names), "{args:?} {env:?}: {e}");
+    }
 }

@@ -16,6 +16,9 @@ pub struct Shared {
     /// every core's readers pause (a publisher on one core is paced by a ring backed up on
     /// another). Touched only when a core crosses the mark, never per message.
     pub backed_up_cores: AtomicUsize,
+    /// Open AMQP 1.0 connections: what `--amqp-max-connections` limits (touched at accept and
+    /// close only).
+    pub amqp_connections: AtomicUsize,
 }
 
 impl Shared {

@@ -59,7 +59,11 @@ impl Plan {
     }
 
     pub(super) fn amqp_addr(&self) -> Option<SocketAddr> {
-        self.specs.iter().find(|s| s.amqp).map(|s| s.addr)
+        self.specs.iter().find(|s| s.amqp && s.tls.is_none()).map(|s| s.addr)
+    }
+
+    pub(super) fn amqp_tls_addr(&self) -> Option<SocketAddr> {
+        self.specs.iter().find(|s| s.amqp && s.tls.is_some()).map(|s| s.addr)
     }
 }
 
@@ -73,7 +77,7 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
         wanted.push(Spec { addr: cfg.stomp_addr, tls: None, ws: None, amqp: false });
     }
     let mut tls_handle = None;
-    let tls_addrs: Vec<SocketAddr> = [cfg.stomp_tls_addr, cfg.ws_tls_addr].into_iter().flatten().collect();
+    let tls_addrs: Vec<SocketAddr> = [cfg.stomp_tls_addr, cfg.ws_tls_addr, cfg.amqp_tls_addr].into_iter().flatten().collect();
     let tls = match &cfg.stomp_tls {
         Some(files) if !tls_addrs.is_empty() => match Tls::load(files) {
             Ok(tls) => Some(Arc::new(tls)),
@@ -127,7 +131,9 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
         tracing::error!(error = %failure, "continuing without this STOMP listener");
     }
     // AMQP 1.0 (issue 16): optional beside STOMP; a port it cannot have is logged, not fatal.
-    if let Some(addr) = cfg.amqp_addr {
+    // amqps serves the STOMP TLS certificate (bound only with one, as the STOMP TLS listener).
+    let amqp_tls = tls.as_ref().and_then(|tls| cfg.amqp_tls_addr.map(|addr| (addr, Arc::clone(tls))));
+    for (addr, tls) in cfg.amqp_addr.map(|a| (a, None)).into_iter().chain(amqp_tls.map(|(a, t)| (a, Some(t)))) {
         let clash = specs.iter().find(|s| overlaps(s.addr, addr)).map(listener_name);
         let claimed = match clash {
             Some(what) => Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("the {what} listener uses this port"))),
@@ -135,10 +141,13 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
         };
         match claimed {
             Ok((bound, reservation)) => {
-                specs.push(Spec { addr: bound, tls: None, ws: None, amqp: true });
+                if tls.is_some() && tls_handle.is_none() {
+                    tls_handle = tls.clone();
+                }
+                specs.push(Spec { addr: bound, tls, ws: None, amqp: true });
                 reservations.extend(reservation);
             }
-            Err(source) => tracing::error!(error = %StartError::Bind { addr, source }, "continuing without the AMQP 1.0 listener"),
+            Err(source) => tracing::error!(error = %StartError::Bind { addr, source }, "continuing without this AMQP 1.0 listener"),
         }
     }
     Ok(Plan { specs, tls: tls_handle, _reservations: reservations })
@@ -146,6 +155,9 @@ pub(super) fn plan(cfg: &Config) -> Result<Plan, StartError> {
 
 /// The listener's kind, for messages.
 fn listener_name(spec: &Spec) -> &'static str {
+    if spec.amqp {
+        return if spec.tls.is_some() { "AMQP 1.0 TLS" } else { "AMQP 1.0" };
+    }
     match (spec.tls.is_some(), spec.ws.is_some()) {
         (false, false) => "plain STOMP",
         (true, false) => "STOMP TLS",

@@ -44,6 +44,7 @@ pub struct Server {
     stomp_tls_addr: Option<SocketAddr>,
     ws_addr: Option<SocketAddr>,
     amqp_addr: Option<SocketAddr>,
+    amqp_tls_addr: Option<SocketAddr>,
     ws_tls_addr: Option<SocketAddr>,
     tls: Option<Arc<crate::tls::Tls>>,
     shared: Arc<Shared>,
@@ -78,7 +79,7 @@ impl Server {
         let cfg = Arc::new(cfg);
         let plan = listeners::plan(&cfg)?;
         let (stomp_plain_addr, stomp_tls_addr, tls) = (plan.plain_addr(), plan.tls_addr(), plan.tls.clone());
-        let (ws_addr, ws_tls_addr, amqp_addr) = (plan.ws_addr(), plan.ws_tls_addr(), plan.amqp_addr());
+        let (ws_addr, ws_tls_addr, amqp_addr, amqp_tls_addr) = (plan.ws_addr(), plan.ws_tls_addr(), plan.amqp_addr(), plan.amqp_tls_addr());
         let stomp_addr = stomp_plain_addr.unwrap_or(cfg.stomp_addr);
         let specs = Arc::new(plan.specs.clone());
         let shared = Arc::new(Shared::default());
@@ -122,7 +123,8 @@ impl Server {
             }
         }
         drop(plan);
-        let server = Server { stomp_addr, stomp_plain_addr, stomp_tls_addr, ws_addr, ws_tls_addr, amqp_addr, tls, shared, threads, array, _store: store };
+        let server =
+            Server { stomp_addr, stomp_plain_addr, stomp_tls_addr, ws_addr, ws_tls_addr, amqp_addr, amqp_tls_addr, tls, shared, threads, array, _store: store };
         if let Some(e) = first_err {
             server.shutdown();
             return Err(e);
@@ -157,6 +159,11 @@ impl Server {
     /// The AMQP 1.0 listener's address, if it is bound.
     pub fn amqp_addr(&self) -> Option<SocketAddr> {
         self.amqp_addr
+    }
+
+    /// The AMQP 1.0 over TLS listener's address, if it is bound.
+    pub fn amqp_tls_addr(&self) -> Option<SocketAddr> {
+        self.amqp_tls_addr
     }
 
     /// Re-reads the TLS certificate, key and client CA (SIGHUP); new connections use them.
@@ -459,10 +466,10 @@ async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listen
                 let _ = stream.set_nodelay(true);
                 match (&spec.tls, &spec.ws) {
                     (None, None) if spec.amqp => {
-                        glommio::spawn_local(crate::amqp::serve::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream))).detach()
+                        glommio::spawn_local(crate::amqp::serve::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream), None)).detach()
                     }
                     (None, None) => glommio::spawn_local(conn::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream), None)).detach(),
-                    (Some(tls), None) => glommio::spawn_local(serve_tls(Rc::clone(&core), stream, Arc::clone(tls))).detach(),
+                    (Some(tls), None) => glommio::spawn_local(serve_tls(Rc::clone(&core), stream, Arc::clone(tls), spec.amqp)).detach(),
                     (tls, Some(ws)) => glommio::spawn_local(serve_ws(Rc::clone(&core), stream, tls.clone(), Arc::clone(ws))).detach(),
                 };
             }
@@ -488,8 +495,9 @@ fn stop_listening(listener_fd: std::os::fd::RawFd) {
 
 /// The TLS handshake, on this core's executor, within `--connect-timeout-s` (the same clock a
 /// client has to send CONNECT: a handshake is the first thing a slow or silent client can
-/// stall). A failed or late handshake closes this connection only, and is counted.
-async fn serve_tls(core: Rc<Core>, tcp: glommio::net::TcpStream, tls: Arc<crate::tls::Tls>) {
+/// stall). A failed or late handshake closes this connection only, and is counted. Then the
+/// connection is STOMP's, or with `amqp` AMQP 1.0's (amqps).
+async fn serve_tls(core: Rc<Core>, tcp: glommio::net::TcpStream, tls: Arc<crate::tls::Tls>, amqp: bool) {
     let deadline = Duration::from_secs(core.cfg.connect_timeout_s);
     let handshake = tls.acceptor().accept(tcp);
     let outcome = futures_lite::future::or(async { Some(handshake.await) }, async {
@@ -500,7 +508,12 @@ async fn serve_tls(core: Rc<Core>, tcp: glommio::net::TcpStream, tls: Arc<crate:
     match outcome {
         Some(Ok(stream)) => {
             let identity = crate::tls::peer_identity(stream.get_ref().1);
-            conn::serve(core, conn::stream::Stream::Tls(Box::new(stream)), identity).await;
+            let stream = conn::stream::Stream::Tls(Box::new(stream));
+            if amqp {
+                crate::amqp::serve::serve(core, stream, identity).await;
+            } else {
+                conn::serve(core, stream, identity).await;
+            }
         }
         Some(Err(error)) => {
             crate::engine::metrics::Metrics::add(&core.metrics.tls_handshakes_failed, 1);

@@ -935,3 +935,93 @@ fn random_ids_differ() {
     let ids: std::collections::HashSet<u128> = (0..64).map(|_| crate::amqp::address::random_id()).collect();
     assert_eq!(ids.len(), 64);
 }
+
+#[test]
+fn sasl_external_is_offered_first_only_with_a_verified_certificate_and_names_the_client() {
+    for auth in [false, true] {
+        let mut p = Peer::new(Settings { auth_required: auth, external_identity: Some(Bytes::from_static(b"cert-cn")), ..Settings::default() });
+        p.feed(&frame::SASL_HEADER);
+        p.take_header();
+        match &p.frames()[..] {
+            [Frame::Sasl(SaslBody::Mechanisms(m))] => {
+                let names: Vec<&str> = m.sasl_server_mechanisms.0.iter().map(|s| s.0.as_str()).collect();
+                assert_eq!(names, if auth { vec!["EXTERNAL", "PLAIN"] } else { vec!["EXTERNAL", "PLAIN", "ANONYMOUS"] });
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut b = BytesMut::new();
+        write_sasl(&mut b, &SaslInit { mechanism: Symbol::from("EXTERNAL"), initial_response: None, hostname: None });
+        let out = p.feed(&b);
+        assert!(matches!(&p.frames()[..], [Frame::Sasl(SaslBody::Outcome(o))] if o.code == SaslCode::Ok));
+        assert!(!out.close);
+        assert_eq!(p.m.client_id, Bytes::from_static(b"cert-cn"), "the certificate's CN is the identity");
+    }
+    // Without a verified certificate EXTERNAL is neither offered nor accepted.
+    let mut p = Peer::new(Settings::default());
+    p.feed(&frame::SASL_HEADER);
+    p.take_header();
+    p.frames();
+    let mut b = BytesMut::new();
+    write_sasl(&mut b, &SaslInit { mechanism: Symbol::from("EXTERNAL"), initial_response: None, hostname: None });
+    let out = p.feed(&b);
+    assert!(matches!(&p.frames()[..], [Frame::Sasl(SaslBody::Outcome(o))] if o.code == SaslCode::Auth));
+    assert!(out.close);
+}
+
+#[test]
+fn a_connection_over_max_connections_is_answered_then_closed_with_resource_limit_exceeded() {
+    let mut p = Peer::new(Settings::default());
+    p.m.refuse_at_open(AmqpError::ResourceLimitExceeded);
+    p.feed(&frame::AMQP_HEADER);
+    p.take_header();
+    let out = p.send(0, Performative::Open(open(65536, 30_000)), &[]);
+    assert!(out.close);
+    match &p.performatives()[..] {
+        [Performative::Open(_), Performative::Close(c)] => assert_eq!(condition(&c.error), "amqp:resource-limit-exceeded"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn attaches_past_max_links_per_session_are_refused_with_resource_limit_exceeded() {
+    let mut p = Peer::new(Settings { max_links_per_session: 2, ..Settings::default() });
+    p.feed(&frame::AMQP_HEADER);
+    p.take_header();
+    p.send(0, Performative::Open(open(65536, 30_000)), &[]);
+    p.send(0, Performative::Begin(begin()), &[]);
+    match &p.performatives()[..] {
+        [Performative::Open(_), Performative::Begin(b)] => assert_eq!(b.handle_max.0, 1, "handle-max = MaxLinksPerSession - 1"),
+        other => panic!("{other:?}"),
+    }
+    for h in [0, 1] {
+        p.send(0, Performative::Attach(attach(h, Role::Receiver, "events/ok")), &[]);
+        assert!(matches!(&p.performatives()[..], [Performative::Attach(a)] if a.source.is_some()), "link {h} attaches");
+    }
+    // A third link (any handle), and a handle past handle-max.
+    for h in [5, 2] {
+        let out = p.send(0, Performative::Attach(attach(h, Role::Receiver, "events/ok")), &[]);
+        assert!(out.ops.is_empty());
+        match &p.performatives()[..] {
+            [Performative::Attach(_), Performative::Detach(d)] => assert_eq!(condition(&d.error), "amqp:resource-limit-exceeded"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(!p.m.is_closed(), "the session and connection stay open");
+}
+
+#[test]
+fn the_idle_time_out_closes_with_resource_limit_exceeded_and_heartbeats_are_empty_frames() {
+    let mut p = Peer::opened(Settings::default());
+    assert_eq!(p.m.peer_idle_timeout_ms(), Some(30_000), "the peer's OPEN asked for a frame every 30 s");
+    let mut out = Out::default();
+    p.m.heartbeat(&mut out);
+    assert_eq!(&out.write[..], &[0, 0, 0, 8, 2, 0, 0, 0], "an empty AMQP frame on channel 0");
+    let mut out = Out::default();
+    p.m.idle_expired(&mut out);
+    assert!(out.close);
+    p.got.extend_from_slice(&out.write);
+    assert!(matches!(&p.performatives()[..], [Performative::Close(c)] if condition(&c.error) == "amqp:resource-limit-exceeded"));
+    let mut out = Out::default();
+    p.m.heartbeat(&mut out);
+    assert!(out.write.is_empty(), "nothing is written once closed");
+}
