@@ -638,4 +638,64 @@ mod tests {
         let record = (j.pending_bytes() - used) as u64;
         assert_eq!(room.get(), 10_000 - record, "the room shrinks by the record's size");
     }
+
+    #[test]
+    fn a_crash_after_any_number_of_a_dead_prefix_unlinks_brings_back_exactly_the_live_messages() {
+        use crate::array::log::segment::{remove_segments, SegmentLog};
+        let root = std::env::temp_dir().join(format!("sg-prefix-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let dir = root.join("log");
+        // Small segments: a few records each, so messages and their ACKs spread over many.
+        let segment_bytes = 300;
+        let (mut log, _) = SegmentLog::open(&dir, segment_bytes, |_, _| {}).unwrap();
+        let mut j = Journal::enabled();
+        let q = Channel::from_static("q");
+        let mut epochs = BTreeMap::new();
+        let mut batch = Vec::new();
+        let mut commit = |j: &mut Journal, log: &mut SegmentLog| {
+            j.take(&mut batch);
+            log.append_batch(&batch).unwrap();
+            log.sync().unwrap();
+            j.set_epoch(LogEpoch(log.active_segment().0));
+        };
+        j.set_epoch(LogEpoch(log.active_segment().0));
+        for seq in 1..=30u64 {
+            epochs.insert(seq, j.message(&msg("q", &format!("m{seq}")), seq, 0, None).unwrap());
+            if seq % 3 == 0 {
+                commit(&mut j, &mut log);
+            }
+        }
+        // Deliver and acknowledge 1..=20, interleaved with a few more deliveries of 21.
+        for seq in 1..=20u64 {
+            j.delivered(&q, seq, 1);
+            j.gone(&q, seq, epochs[&seq]);
+            if seq % 2 == 0 {
+                j.delivered(&q, 21, 1);
+                commit(&mut j, &mut log);
+            }
+        }
+        let oldest = j.oldest_live().unwrap();
+        assert_eq!(oldest, epochs[&21]);
+        let paths = log.detach_before(SegmentId(oldest.0));
+        assert!(paths.len() >= 3, "the dead prefix spans several segments: {}", paths.len());
+        drop(log);
+        // A kill after k of the unlinks, for every k: the live messages and nothing else.
+        for k in 0..=paths.len() {
+            let copy = root.join(format!("copy-{k}"));
+            fs::create_dir_all(&copy).unwrap();
+            for entry in fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+            }
+            let unlinked: Vec<PathBuf> = paths[..k].iter().map(|p| copy.join(p.file_name().unwrap())).collect();
+            remove_segments(&copy, &unlinked).unwrap();
+            let mut r = Replay::default();
+            SegmentLog::open(&copy, segment_bytes, |pos, rec| r.apply(pos.segment, &rec)).unwrap();
+            let (_, _, live) = r.into_queues().next().unwrap();
+            let got: Vec<u64> = live.iter().map(|m| m.seq).collect();
+            assert_eq!(got, (21..=30).collect::<Vec<_>>(), "after {k} of {} unlinks", paths.len());
+            assert_eq!(live[0].receive_count, 1, "21's deliveries survive: its segment was never deleted");
+        }
+        fs::remove_dir_all(&root).unwrap();
+    }
 }
