@@ -552,6 +552,19 @@ fn at_store_max_bytes_sends_are_refused_with_an_error_nothing_receipted_is_lost_
     });
     assert!(result.is_error, "{result:?}");
     assert_eq!(result.error, stompgate::mesh::confirm::STORE_FULL, "{result:?}");
+    let stored = rt.block_on(async {
+        let mut client = grpc_client(grpc).await;
+        let ev = pb::Event {
+            event_id: "e".into(),
+            client_id: "persist-test".into(),
+            channel: "persist.cap.es".into(),
+            body: b"grpc".to_vec(),
+            store: true,
+            ..Default::default()
+        };
+        client.send_event(ev).await.expect("an in-band result").into_inner()
+    });
+    assert!(!stored.sent && stored.error.contains("the store is full"), "{stored:?}");
     gw.stop(); // SIGKILL
 
     // Every receipted message survives, none refused is there; acknowledging them frees
