@@ -31,6 +31,7 @@ mod load_tls_auth;
 mod memory_budgets;
 mod metrics_listener;
 mod persistence;
+mod persistence_crash_accounting;
 mod queue_never_loses_or_duplicates;
 mod queues;
 mod receipts_errors;

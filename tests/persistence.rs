@@ -7,6 +7,11 @@
 //! torn last record (the tail a kill during a write leaves) is cut and the rest survives; a
 //! store write that fails (a file-size limit standing in for a full disk) answers its STOMP
 //! and gRPC sends with errors at once and loses nothing receipted before.
+//! Space: with small segments, segments holding nothing live are deleted (a live message in
+//! the first one keeps them all until it is settled), and nothing settled comes back after a
+//! kill. Store full: at `--store-max-bytes`, and on a real full filesystem (a 1 MiB tmpfs, where
+//! the test may mount one), a refused SEND gets ERROR `too many pending requests` and nothing
+//! receipted is lost.
 //! RECEIPTs are the barriers: a RECEIPT of a SEND or ACK is sent only once its record is
 //! synced, so everything receipted before the kill is on disk.
 use crate::common;
@@ -396,4 +401,251 @@ fn events_store_channels_survive_kill_9_with_their_sequences_and_timestamps_and_
     let again = stamped(&c.read_messages(1));
     assert_eq!((again[0].0, again[0].2.as_str()), (1, "again"), "a deleted channel starts at sequence 1 again");
     assert_eq!(stamped(&c.subscribe_expect("k", kept, &[("x-kubemq-start", "first")], 6)).len(), 6);
+}
+
+/// The segment files of core `core`'s log, oldest first.
+fn segments(store: &Path, core: usize) -> Vec<PathBuf> {
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(store.join(format!("core-{core}")))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segs.sort();
+    segs
+}
+
+/// Waits (generously: deletion runs after a commit, on the blocking thread) until core 0's
+/// log has at most `max` segment files; their count then.
+fn eventually_at_most(store: &Path, max: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = segments(store, 0).len();
+        if n <= max || Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Receives `n` MESSAGEs on `c` (client-individual) and ACKs each, the last ACK with a
+/// receipt: once this returns, every ACK is on disk. Returns the bodies.
+fn receive_and_ack(c: &mut Client, n: usize) -> Vec<String> {
+    let mut bodies = Vec::new();
+    while bodies.len() < n {
+        let batch = c.read_messages(1);
+        let f = &batch[0];
+        bodies.push(f.body_str().to_owned());
+        let ack = f.header("ack").unwrap().to_owned();
+        if bodies.len() == n {
+            assert!(c.send_sync("ACK", &[("id", &ack)], b"").is_empty(), "nothing more was sent");
+        } else {
+            c.send("ACK", &[("id", &ack)], b"");
+        }
+    }
+    bodies
+}
+
+#[test]
+fn segments_holding_nothing_live_are_deleted_and_nothing_settled_comes_back_after_kill_9() {
+    // 16 KiB segments: 200 messages of 1 KiB fill about 15 of them.
+    let store = TempStore::new("gc");
+    let args = ["--store-dir", store.arg(), "--store-segment-bytes", "16384"];
+    let (dest, pin) = ("/queue/persist.gc", "/queue/persist.gc.pin");
+    let body = |p: &str, i: usize| format!("{p}{i:04}{}", "x".repeat(1000));
+    let gw = Gateway::spawn(&args, None);
+    let mut p = connected(&gw);
+    // One message nobody consumes yet, in the first segment: it keeps every segment from the
+    // first on (only a prefix of dead segments is deleted).
+    send_receipted(&mut p, pin, std::iter::once("pin".to_string()));
+    send_receipted(&mut p, dest, (0..200).map(|i| body("a", i)));
+    let written = segments(&store.0, 0).len();
+    assert!(written >= 10, "200 KiB in 16 KiB segments: {written}");
+    let mut c = connected(&gw);
+    c.send("SUBSCRIBE", &[("id", "s"), ("destination", dest), ("ack", "client-individual")], b"");
+    let acked = receive_and_ack(&mut c, 200);
+    assert_eq!(acked, (0..200).map(|i| body("a", i)).collect::<Vec<_>>());
+    // Every `a` is settled, but the pin is live in segment 1: nothing may go.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(segments(&store.0, 0).len() >= written, "the live pin in the first segment keeps the later ones");
+    // Settle the pin: now every closed segment holds nothing live. A later commit deletes
+    // them (this receipted SEND is one, so is the pin's ACK).
+    let mut pc = connected(&gw);
+    pc.send("SUBSCRIBE", &[("id", "p"), ("destination", pin), ("ack", "client-individual")], b"");
+    let pinned = receive_and_ack_any(&mut pc);
+    assert_eq!(pinned, "pin");
+    send_receipted(&mut p, dest, (0..20).map(|i| body("b", i)));
+    // The 20 live `b`s (20 KiB) need two segments of their own; at most one more may be kept
+    // (the active one, or the one their first batch was journaled under).
+    let left = eventually_at_most(&store.0, 3);
+    assert!(left <= 3, "dead segments are deleted: {left} left of {written}");
+    assert!(!segments(&store.0, 0).iter().any(|s| s.ends_with("00000000000000000001.seg")), "the first segment is gone");
+    drop((c, pc));
+    gw.stop(); // SIGKILL
+
+    // Nothing settled comes back (their records and some of their ACKs' are deleted), and
+    // nothing live is lost.
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    let again = c.subscribe_expect("s", dest, &[], 20);
+    assert_eq!(bodies(&again), (0..20).map(|i| body("b", i)).collect::<Vec<_>>());
+    c.no_frame(Duration::from_millis(500));
+    assert!(c.subscribe_expect("p", pin, &[], 0).is_empty(), "the settled pin stays settled");
+    let err = gw.stop();
+    assert!(err.contains("store recovered"), "{err}");
+}
+
+/// Receives one MESSAGE on `c` and ACKs it with a receipt; its body.
+fn receive_and_ack_any(c: &mut Client) -> String {
+    receive_and_ack(c, 1).pop().unwrap()
+}
+
+/// Sends receipted 1 KiB queue messages `{prefix}{i}` until the gateway refuses one: the
+/// bodies receipted before, and the refusal (an ERROR, after which the connection closes).
+fn fill_until_refused(gw: &Gateway, dest: &str, prefix: &str, max: usize) -> (Vec<String>, Frame) {
+    let mut p = connected(gw);
+    let mut receipted = Vec::new();
+    for i in 0..max {
+        let body = format!("{prefix}{i:05}{}", "f".repeat(1000));
+        p.send("SEND", &[("destination", dest), ("receipt", "r")], body.as_bytes());
+        let f = p.frame();
+        match f.command.as_str() {
+            "RECEIPT" => receipted.push(body),
+            "ERROR" => {
+                assert_eq!(f.header("receipt-id"), Some("r"), "the ERROR answers the refused SEND: {f:?}");
+                assert!(p.closed(), "an ERROR closes the connection");
+                return (receipted, f);
+            }
+            other => panic!("{other}: {f:?}"),
+        }
+    }
+    panic!("{max} SENDs and none refused");
+}
+
+#[test]
+fn at_store_max_bytes_sends_are_refused_with_an_error_nothing_receipted_is_lost_and_acks_make_room() {
+    let store = TempStore::new("cap");
+    let grpc = common::metrics::free_port();
+    let grpc_arg = grpc.to_string();
+    let args = ["--store-dir", store.arg(), "--store-max-bytes", "65536", "--store-segment-bytes", "16384", "--grpc-addr", grpc_arg.as_str()];
+    let dest = "/queue/persist.cap";
+    let gw = Gateway::spawn(&args, None);
+    let (receipted, err) = fill_until_refused(&gw, dest, "c", 1000);
+    assert_eq!(err.header("message"), Some("too many pending requests"), "{err:?}");
+    assert!(err.body_str().contains("--store-max-bytes (65536 bytes)"), "the hint names the limit: {:?}", err.body_str());
+    assert!(receipted.len() >= 40 && receipted.len() <= 64, "about 64 KiB of 1 KiB messages: {}", receipted.len());
+    // An Events-Store SEND is refused the same way, and so is a gRPC queue send (in band).
+    let mut s = connected(&gw);
+    s.send("SEND", &[("destination", "/topic-store/persist.cap.es"), ("receipt", "es")], b"history");
+    let f = s.frame();
+    assert_eq!((f.command.as_str(), f.header("message"), f.header("receipt-id")), ("ERROR", Some("too many pending requests"), Some("es")), "{f:?}");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let result = rt.block_on(async {
+        let mut client = grpc_client(grpc).await;
+        let msg = pb::QueueMessage {
+            message_id: "g".into(),
+            client_id: "persist-test".into(),
+            channel: "persist.cap".into(),
+            body: b"grpc".to_vec(),
+            ..Default::default()
+        };
+        client.send_queue_message(msg).await.expect("an in-band result").into_inner()
+    });
+    assert!(result.is_error, "{result:?}");
+    assert_eq!(result.error, stompgate::mesh::confirm::STORE_FULL, "{result:?}");
+    let stored = rt.block_on(async {
+        let mut client = grpc_client(grpc).await;
+        let ev = pb::Event {
+            event_id: "e".into(),
+            client_id: "persist-test".into(),
+            channel: "persist.cap.es".into(),
+            body: b"grpc".to_vec(),
+            store: true,
+            ..Default::default()
+        };
+        client.send_event(ev).await.expect("an in-band result").into_inner()
+    });
+    assert!(!stored.sent && stored.error.contains("the store is full"), "{stored:?}");
+    gw.stop(); // SIGKILL
+
+    // Every receipted message survives, none refused is there; acknowledging them frees
+    // whole segments, and SENDs are taken again.
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    c.send("SUBSCRIBE", &[("id", "s"), ("destination", dest), ("ack", "client-individual")], b"");
+    let back = receive_and_ack(&mut c, receipted.len());
+    assert_eq!(back, receipted, "every receipted message, in order");
+    c.no_frame(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let mut p = connected(&gw);
+        p.send("SEND", &[("destination", dest), ("receipt", "again")], b"after");
+        let f = p.frame();
+        if f.command == "RECEIPT" {
+            break f;
+        }
+        assert_eq!(f.header("message"), Some("too many pending requests"), "{f:?}");
+        assert!(Instant::now() < deadline, "no room 30 s after every message was acknowledged");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(after.header("receipt-id"), Some("again"));
+    assert_eq!(bodies(&c.read_messages(1)), ["after"]);
+}
+
+/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped; `None` where this
+/// process may not mount (not root, no CAP_SYS_ADMIN, a container that forbids it).
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(name: &str, size: &str) -> Option<SmallFs> {
+        let dir = std::env::temp_dir().join(format!("sg-smallfs-{}-{name}-{}", std::process::id(), common::unique("m")));
+        std::fs::create_dir_all(&dir).ok()?;
+        let status = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(&dir).stderr(Stdio::null()).status();
+        if status.is_ok_and(|s| s.success()) {
+            Some(SmallFs(dir))
+        } else {
+            let _ = std::fs::remove_dir(&dir);
+            None
+        }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn on_a_full_filesystem_sends_are_refused_with_an_error_and_nothing_receipted_is_lost() {
+    let Some(fs) = SmallFs::mount("enospc", "1m") else {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN); the --store-max-bytes test covers the refusal");
+        return;
+    };
+    let store = fs.0.join("store");
+    let store_arg = store.to_str().unwrap();
+    let args = ["--store-dir", store_arg];
+    let dest = "/queue/persist.enospc";
+    let gw = Gateway::spawn(&args, None);
+    // A 1 MiB filesystem, no cap: the disk itself refuses (ENOSPC).
+    let (receipted, err) = fill_until_refused(&gw, dest, "e", 5000);
+    assert_eq!(err.header("message"), Some("too many pending requests"), "{err:?}");
+    assert!(err.body_str().contains("no space left on its disk"), "{:?}", err.body_str());
+    assert!(receipted.len() > 500, "most of 1 MiB was used: {}", receipted.len());
+    // Until space is back, new SENDs are refused at once, the same way.
+    let (none, err) = fill_until_refused(&gw, dest, "x", 10);
+    assert!(none.is_empty() || none.len() < 10, "{}", none.len());
+    assert_eq!(err.header("message"), Some("too many pending requests"), "{err:?}");
+    let stderr = gw.stop(); // SIGKILL
+    assert!(stderr.contains("store write failed"), "{stderr}");
+
+    // Recovery on the full filesystem: every receipted message is back.
+    let gw = Gateway::spawn(&args, None);
+    // (Queue order: the receipted ones come first, then whatever of the refused ones a
+    // partial write may have left.)
+    let mut c = connected(&gw);
+    c.send("SUBSCRIBE", &[("id", "s"), ("destination", dest)], b"");
+    assert_eq!(bodies(&c.read_messages(receipted.len())), receipted, "every receipted message, in order");
+    drop(c);
+    drop(gw);
 }

@@ -183,7 +183,7 @@ impl Endpoint for AmqpConn {
         self.with_machine(core, |m, out| m.failed(token, AmqpError::InternalError, out));
     }
 
-    fn queue_full(&self, core: &Rc<Core>, token: u64) {
+    fn refused(&self, core: &Rc<Core>, token: u64, _why: crate::mesh::msg::Refusal) {
         self.with_machine(core, |m, out| m.failed(token, AmqpError::ResourceLimitExceeded, out));
     }
 

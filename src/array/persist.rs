@@ -26,26 +26,53 @@
 //! a gap, never a reused sequence). Queue sequences continue after the highest one logged, so a
 //! settlement in the log can never name a later message.
 //!
+//! # Which records are live, and which segments can go
+//! A segment can be deleted once recovery needs nothing in it. Recovery needs a message
+//! record while its message is live: a queue message not yet gone for good (no `Ack` or
+//! `DeadLetter`), an Events-Store message of a channel not deleted (the store keeps a
+//! channel's whole history; there is no retention rule yet). Every other record only matters
+//! while the message it names is on disk: a `Requeue` or a settlement of a message whose
+//! record was deleted is an orphan, ignored; a `StoreDelete` only drops messages logged before
+//! it. So only message records are counted.
+//!
+//! The journal does not know the segment its records will land in (the core writes them
+//! later), so it labels each message with a [`LogEpoch`]: the segment that was active when it
+//! was journaled, which the core updates after every write. Segments only grow, so a record
+//! is always in its epoch's segment or a later one. The journal counts live messages per
+//! epoch; with `oldest` the smallest epoch that has any, every closed segment below `oldest`
+//! holds no live message, and neither does any segment before it: the core deletes that
+//! prefix of segments, oldest first (`engine::durable`), once the settlements that made them
+//! dead are durable. Deleting only a prefix is what makes it crash-safe: a settlement is never
+//! in an earlier segment than its message, so whenever a settlement's segment is deleted, its
+//! message's went first (or with it), and a message whose settlement survives on disk is
+//! harmless (an orphan). Live records are not copied forward (no compaction): one old live
+//! message keeps its segment and every later one on disk. The disk bound this gives is
+//! stated in README ("Persistence").
+//!
+//! # Room (`--store-max-bytes`)
+//! A journal may share a [`Room`] with the core: the bytes new message records may still take
+//! on this core. A message record that does not fit is not journaled and its SEND is refused;
+//! settlements always are (they are small, and they are what lets consumers free segments).
+//!
 //! # Core count
 //! Each core's log holds the queues that core owns (`owner_of(channel, cores)`). A restart with
 //! a different core count would give those queues other owners, so the store directory records
 //! its core count and a start with another one is refused with one line (re-deriving
 //! ownership, by handing records to their new owners, is left for later).
 use super::log::record::{self, Content, QueueMessage, QueueSettle, Record, Settlement, StoreMessage};
+use super::log::segment::SegmentId;
 use crate::mesh::msg::QueueMeta;
 use crate::model::{Channel, Message, Tags};
 use ahash::AHashMap;
 use bytes::Bytes;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
-
-/// Size of one segment file: large enough that rollovers are rare, small enough that a
-/// segment is a cheap unit to scan at recovery.
-pub const SEGMENT_BYTES: u64 = 64 << 20;
 
 /// An opened store directory: locked against a second process for as long as this lives.
 #[derive(Debug)]
@@ -127,21 +154,111 @@ fn check_cores(root: &Path, cores: usize) -> Result<(), String> {
     }
 }
 
-/// The records a shard produced and the core has not written yet. Disabled (`off`), every
-/// method is a no-op and nothing is kept.
+/// The segment that was active when a message record was journaled: the record is in this
+/// segment or a later one (see "Which records are live").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogEpoch(pub u64);
+
+/// Bytes new message records may still take on one core (`--store-max-bytes`), shared by the
+/// core's two journals and the core, which refills it after every commit. `u64::MAX`: no cap.
+pub type Room = Rc<Cell<u64>>;
+
+/// The records a shard produced and the core has not written yet, and how many live messages
+/// each epoch holds. Disabled (`off`), every method is a no-op and nothing is kept.
 #[derive(Debug, Default)]
 pub struct Journal {
     enabled: bool,
     buf: Vec<u8>,
+    /// The epoch new message records get.
+    epoch: LogEpoch,
+    /// Live messages by epoch; an epoch with none is removed. At most one entry per segment
+    /// on disk (plus the active one), so a lookup costs a few comparisons: this map is touched
+    /// once per message accepted and once per message gone, on the core's thread.
+    live: BTreeMap<LogEpoch, u64>,
+    /// `None`: no cap.
+    room: Option<Room>,
+    /// Message records refused for want of room.
+    refused: u64,
 }
 
 impl Journal {
     pub fn enabled() -> Journal {
-        Journal { enabled: true, buf: Vec::new() }
+        Journal { enabled: true, ..Journal::default() }
     }
 
     pub fn is_enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Shares `room` with the core: message records that do not fit are refused.
+    pub fn with_room(mut self, room: Room) -> Journal {
+        self.room = Some(room);
+        self
+    }
+
+    /// Message records journaled from now on get `epoch` (the log's active segment).
+    pub fn set_epoch(&mut self, epoch: LogEpoch) {
+        self.epoch = epoch;
+    }
+
+    /// The smallest epoch that still has a live message, if any.
+    pub fn oldest_live(&self) -> Option<LogEpoch> {
+        self.live.keys().next().copied()
+    }
+
+    /// Live messages, over every epoch.
+    pub fn live_messages(&self) -> u64 {
+        self.live.values().sum()
+    }
+
+    /// Bytes waiting to be written.
+    pub fn pending_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Message records refused for want of room, ever.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// A message of `epoch` came back from the log at start: it is live.
+    pub fn recovered(&mut self, epoch: LogEpoch) {
+        if self.enabled {
+            *self.live.entry(epoch).or_default() += 1;
+        }
+    }
+
+    /// A live message of `epoch` went (settled, or its channel deleted): `n` of them.
+    fn dead(&mut self, epoch: LogEpoch, n: u64) {
+        if let std::collections::btree_map::Entry::Occupied(mut e) = self.live.entry(epoch) {
+            let left = e.get().saturating_sub(n);
+            if left == 0 {
+                e.remove();
+            } else {
+                *e.get_mut() = left;
+            }
+        }
+    }
+
+    /// Journals a message record, if the room allows: its epoch, or `None` (refused, nothing
+    /// kept). A disabled journal accepts everything, at epoch 0.
+    fn birth(&mut self, rec: &Record<'_>) -> Option<LogEpoch> {
+        if !self.enabled {
+            return Some(LogEpoch::default());
+        }
+        let start = self.buf.len();
+        self.put(rec);
+        if let Some(room) = &self.room {
+            let len = (self.buf.len() - start) as u64;
+            if len > room.get() {
+                self.buf.truncate(start);
+                self.refused += 1;
+                return None;
+            }
+            room.set(room.get() - len);
+        }
+        *self.live.entry(self.epoch).or_default() += 1;
+        Some(self.epoch)
     }
 
     /// Whether records wait to be written.
@@ -163,26 +280,31 @@ impl Journal {
         self.buf.clear();
     }
 
-    /// The Events-Store message `msg` was stamped (sequence, timestamp) and appended.
-    pub fn stored(&mut self, msg: &Message) {
+    /// The Events-Store message `msg` was stamped (sequence, timestamp): its epoch, or `None`
+    /// when there is no room for it (then it must not be appended).
+    pub fn stored(&mut self, msg: &Message) -> Option<LogEpoch> {
         if !self.enabled {
-            return;
+            return Some(LogEpoch::default());
         }
         let rec = Record::StoreMessage(StoreMessage { channel: &msg.channel.0, sequence: msg.sequence, content: content_of(msg) });
-        self.put(&rec);
+        self.birth(&rec)
     }
 
-    /// The Events-Store channel was deleted.
-    pub fn store_deleted(&mut self, channel: &Channel) {
+    /// The Events-Store channel was deleted; `epochs` are its messages' (epoch, count) runs.
+    pub fn store_deleted(&mut self, channel: &Channel, epochs: &[(LogEpoch, u64)]) {
         if self.enabled {
             self.put(&Record::StoreDelete { channel: &channel.0 });
+            for &(epoch, n) in epochs {
+                self.dead(epoch, n);
+            }
         }
     }
 
-    /// `msg` (sequence `seq` in its queue) was accepted.
-    pub fn message(&mut self, msg: &Message, seq: u64, expires_at_ns: i64, meta: Option<&QueueMeta>) {
+    /// `msg` (sequence `seq` in its queue) is offered: its epoch, or `None` when there is no
+    /// room for it (then the queue must refuse it).
+    pub fn message(&mut self, msg: &Message, seq: u64, expires_at_ns: i64, meta: Option<&QueueMeta>) -> Option<LogEpoch> {
         if !self.enabled {
-            return;
+            return Some(LogEpoch::default());
         }
         let rec = Record::QueueMessage(QueueMessage {
             channel: &msg.channel.0,
@@ -194,7 +316,7 @@ impl Journal {
             dead_letter: meta.and_then(|m| m.dead_letter.as_ref()).map(|c| c.0.as_ref()),
             rerouted_from: meta.and_then(|m| m.rerouted_from.as_ref()).map(|c| c.0.as_ref()),
         });
-        self.put(&rec);
+        self.birth(&rec)
     }
 
     /// The message `seq` of `channel` was delivered; it has had `receive_count` deliveries.
@@ -202,14 +324,17 @@ impl Journal {
         self.settle(channel, seq, Settlement::Requeue { receive_count });
     }
 
-    /// The message `seq` of `channel` left the queue for good.
-    pub fn gone(&mut self, channel: &Channel, seq: u64) {
+    /// The message `seq` (of `epoch`) of `channel` left the queue for good.
+    pub fn gone(&mut self, channel: &Channel, seq: u64, epoch: LogEpoch) {
         self.settle(channel, seq, Settlement::Ack);
+        self.dead(epoch, 1);
     }
 
-    /// The message `seq` of `channel` went past its receive limit (to `target`, if any).
-    pub fn dead_lettered(&mut self, channel: &Channel, seq: u64, target: Option<&Channel>) {
+    /// The message `seq` (of `epoch`) of `channel` went past its receive limit (to `target`,
+    /// if any).
+    pub fn dead_lettered(&mut self, channel: &Channel, seq: u64, epoch: LogEpoch, target: Option<&Channel>) {
         self.settle(channel, seq, Settlement::DeadLetter { target: target.map(|c| c.0.as_ref()) });
+        self.dead(epoch, 1);
     }
 
     fn settle(&mut self, channel: &Channel, seq: u64, settlement: Settlement<'_>) {
@@ -252,6 +377,8 @@ pub fn check_body_limit(max_body_size: usize) -> Result<(), String> {
 #[derive(Debug)]
 pub struct Recovered {
     pub msg: Arc<Message>,
+    /// The segment its record is in.
+    pub epoch: LogEpoch,
     pub seq: u64,
     pub receive_count: u32,
     pub expires_at_ns: i64,
@@ -264,7 +391,7 @@ pub struct Recovered {
 pub struct Replay {
     /// By channel name (`Bytes`, so a settlement's borrowed name looks up without a copy).
     queues: AHashMap<Bytes, QueueReplay>,
-    stores: AHashMap<Bytes, Vec<Arc<Message>>>,
+    stores: AHashMap<Bytes, Vec<(Arc<Message>, LogEpoch)>>,
     /// Settlements naming no live message (already settled, or noise): ignored.
     pub orphan_settlements: u64,
 }
@@ -276,14 +403,15 @@ struct QueueReplay {
 }
 
 impl Replay {
-    /// Applies one record, in log order.
-    pub fn apply(&mut self, rec: &Record<'_>) {
+    /// Applies one record of segment `at`, in log order.
+    pub fn apply(&mut self, at: SegmentId, rec: &Record<'_>) {
+        let epoch = LogEpoch(at.0);
         match rec {
             Record::QueueMessage(m) => {
                 let channel = Channel(Bytes::copy_from_slice(m.channel));
                 let q = self.queues.entry(channel.0.clone()).or_default();
                 q.max_seq = q.max_seq.max(m.seq);
-                q.live.insert(m.seq, recovered(channel, m));
+                q.live.insert(m.seq, recovered(channel, m, epoch));
             }
             Record::QueueSettle(s) => {
                 let live = self.queues.get_mut(s.channel).and_then(|q| match s.settlement {
@@ -297,7 +425,7 @@ impl Replay {
             Record::StoreMessage(m) => {
                 let channel = Channel(Bytes::copy_from_slice(m.channel));
                 let msg = Message { sequence: m.sequence, ..message_of(channel.clone(), &m.content) };
-                self.stores.entry(channel.0).or_default().push(Arc::new(msg));
+                self.stores.entry(channel.0).or_default().push((Arc::new(msg), epoch));
             }
             Record::StoreDelete { channel } => {
                 self.stores.remove(*channel);
@@ -305,9 +433,9 @@ impl Replay {
         }
     }
 
-    /// The Events-Store channels, each with its messages in the order logged (one owner
-    /// appends them in sequence order), leaving the queues.
-    pub fn take_stores(&mut self) -> impl Iterator<Item = (Channel, Vec<Arc<Message>>)> {
+    /// The Events-Store channels, each with its messages (and their segments) in the order
+    /// logged (one owner appends them in sequence order), leaving the queues.
+    pub fn take_stores(&mut self) -> impl Iterator<Item = (Channel, Vec<(Arc<Message>, LogEpoch)>)> {
         std::mem::take(&mut self.stores).into_iter().map(|(name, messages)| (Channel(name), messages))
     }
 
@@ -335,7 +463,7 @@ fn message_of(channel: Channel, c: &Content<'_>) -> Message {
     }
 }
 
-fn recovered(channel: Channel, m: &QueueMessage<'_>) -> Recovered {
+fn recovered(channel: Channel, m: &QueueMessage<'_>, epoch: LogEpoch) -> Recovered {
     let msg = message_of(channel, &m.content);
     let has_meta = m.delayed_to_ns != 0 || m.max_receive != 0 || m.dead_letter.is_some() || m.rerouted_from.is_some();
     let meta = has_meta.then(|| {
@@ -347,7 +475,7 @@ fn recovered(channel: Channel, m: &QueueMessage<'_>) -> Recovered {
             rerouted_from: m.rerouted_from.map(|d| Channel(Bytes::copy_from_slice(d))),
         })
     });
-    Recovered { msg: Arc::new(msg), seq: m.seq, receive_count: 0, expires_at_ns: m.expires_at_ns, meta }
+    Recovered { msg: Arc::new(msg), epoch, seq: m.seq, receive_count: 0, expires_at_ns: m.expires_at_ns, meta }
 }
 
 #[cfg(test)]
@@ -369,7 +497,7 @@ mod tests {
 
     fn replay(buf: &[u8]) -> Replay {
         let mut r = Replay::default();
-        let scan = super::super::log::segment::scan_segment(buf, |_, rec| r.apply(&rec));
+        let scan = super::super::log::segment::scan_segment(buf, |_, rec| r.apply(SegmentId(1), &rec));
         assert_eq!(scan.good_len, buf.len());
         r
     }
@@ -382,11 +510,11 @@ mod tests {
             j.message(&msg("q", body), seq, 0, None);
         }
         j.delivered(&q, 1, 1);
-        j.gone(&q, 1);
+        j.gone(&q, 1, LogEpoch(0));
         j.delivered(&q, 2, 1);
         j.delivered(&q, 2, 2);
-        j.dead_lettered(&q, 3, None);
-        j.gone(&q, 99);
+        j.dead_lettered(&q, 3, LogEpoch(0), None);
+        j.gone(&q, 99, LogEpoch(0));
         let mut batch = Vec::new();
         j.take(&mut batch);
         assert!(!j.has_pending());
@@ -408,14 +536,14 @@ mod tests {
         j.stored(&stamped("s", "a", 1));
         j.stored(&stamped("s", "b", 2));
         j.stored(&stamped("t", "x", 1));
-        j.store_deleted(&Channel::from_static("t"));
+        j.store_deleted(&Channel::from_static("t"), &[(LogEpoch(0), 1)]);
         j.stored(&stamped("t", "y", 1));
         j.message(&msg("q", "m"), 1, 0, None);
         let mut batch = Vec::new();
         j.take(&mut batch);
         let mut r = replay(&batch);
         let mut stores: Vec<(Channel, Vec<(u64, Bytes)>)> =
-            r.take_stores().map(|(c, ms)| (c, ms.iter().map(|m| (m.sequence, m.body.clone())).collect())).collect();
+            r.take_stores().map(|(c, ms)| (c, ms.iter().map(|(m, _)| (m.sequence, m.body.clone())).collect())).collect();
         stores.sort_by(|a, b| a.0 .0.cmp(&b.0 .0));
         assert_eq!(
             stores,
@@ -431,7 +559,7 @@ mod tests {
     fn a_disabled_journal_keeps_nothing() {
         let mut j = Journal::default();
         j.message(&msg("q", "a"), 1, 0, None);
-        j.gone(&Channel::from_static("q"), 1);
+        j.gone(&Channel::from_static("q"), 1, LogEpoch(0));
         assert!(!j.has_pending());
     }
 
@@ -461,5 +589,113 @@ mod tests {
         assert_eq!(again.core_dir(1), dir.join("core-1"));
         drop(again);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn live_messages_are_counted_per_epoch_and_the_oldest_live_epoch_moves_on() {
+        let mut j = Journal::enabled();
+        let q = Channel::from_static("q");
+        assert_eq!(j.oldest_live(), None);
+        j.set_epoch(LogEpoch(1));
+        let e1 = j.message(&msg("q", "a"), 1, 0, None).unwrap();
+        let _ = j.message(&msg("q", "b"), 2, 0, None).unwrap();
+        j.set_epoch(LogEpoch(2));
+        let e2 = j.message(&msg("q", "c"), 3, 0, None).unwrap();
+        let s2 = j.stored(&Message { sequence: 1, ..msg("s", "x") }).unwrap();
+        assert_eq!((e1, e2, s2), (LogEpoch(1), LogEpoch(2), LogEpoch(2)));
+        assert_eq!((j.oldest_live(), j.live_messages()), (Some(LogEpoch(1)), 4));
+        // Deliveries (Requeue records) do not change what is live.
+        j.delivered(&q, 1, 1);
+        j.gone(&q, 1, e1);
+        assert_eq!(j.oldest_live(), Some(LogEpoch(1)), "b is still live in epoch 1");
+        j.dead_lettered(&q, 2, e1, None);
+        assert_eq!(j.oldest_live(), Some(LogEpoch(2)), "epoch 1 holds nothing live: segment 1 may go");
+        // A settlement of a message already gone (or never counted) changes nothing.
+        j.gone(&q, 2, e1);
+        j.gone(&q, 3, e2);
+        assert_eq!((j.oldest_live(), j.live_messages()), (Some(LogEpoch(2)), 1), "the store message keeps epoch 2");
+        j.store_deleted(&Channel::from_static("s"), &[(s2, 1)]);
+        assert_eq!((j.oldest_live(), j.live_messages()), (None, 0));
+        // A message of epoch 1 recovered at start counts too.
+        j.recovered(LogEpoch(1));
+        assert_eq!(j.oldest_live(), Some(LogEpoch(1)));
+    }
+
+    #[test]
+    fn a_message_record_without_room_is_refused_and_leaves_nothing_behind() {
+        let room: Room = Rc::new(Cell::new(0));
+        let mut j = Journal::enabled().with_room(Rc::clone(&room));
+        assert_eq!(j.message(&msg("q", "a"), 1, 0, None), None);
+        assert_eq!(j.stored(&Message { sequence: 1, ..msg("s", "x") }), None);
+        assert!(!j.has_pending(), "nothing journaled");
+        assert_eq!((j.refused(), j.live_messages()), (2, 0));
+        // Settlements are always journaled, room or not.
+        j.gone(&Channel::from_static("q"), 9, LogEpoch(0));
+        assert!(j.has_pending());
+        let used = j.pending_bytes();
+        room.set(10_000);
+        assert!(j.message(&msg("q", "b"), 2, 0, None).is_some());
+        let record = (j.pending_bytes() - used) as u64;
+        assert_eq!(room.get(), 10_000 - record, "the room shrinks by the record's size");
+    }
+
+    #[test]
+    fn a_crash_after_any_number_of_a_dead_prefix_unlinks_brings_back_exactly_the_live_messages() {
+        use crate::array::log::segment::{remove_segments, SegmentLog};
+        let root = std::env::temp_dir().join(format!("sg-prefix-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let dir = root.join("log");
+        // Small segments: a few records each, so messages and their ACKs spread over many.
+        let segment_bytes = 300;
+        let (mut log, _) = SegmentLog::open(&dir, segment_bytes, |_, _| {}).unwrap();
+        let mut j = Journal::enabled();
+        let q = Channel::from_static("q");
+        let mut epochs = BTreeMap::new();
+        let mut batch = Vec::new();
+        let mut commit = |j: &mut Journal, log: &mut SegmentLog| {
+            j.take(&mut batch);
+            log.append_batch(&batch).unwrap();
+            log.sync().unwrap();
+            j.set_epoch(LogEpoch(log.active_segment().0));
+        };
+        j.set_epoch(LogEpoch(log.active_segment().0));
+        for seq in 1..=30u64 {
+            epochs.insert(seq, j.message(&msg("q", &format!("m{seq}")), seq, 0, None).unwrap());
+            if seq % 3 == 0 {
+                commit(&mut j, &mut log);
+            }
+        }
+        // Deliver and acknowledge 1..=20, interleaved with a few more deliveries of 21.
+        for seq in 1..=20u64 {
+            j.delivered(&q, seq, 1);
+            j.gone(&q, seq, epochs[&seq]);
+            if seq % 2 == 0 {
+                j.delivered(&q, 21, 1);
+                commit(&mut j, &mut log);
+            }
+        }
+        let oldest = j.oldest_live().unwrap();
+        assert_eq!(oldest, epochs[&21]);
+        let paths = log.detach_before(SegmentId(oldest.0));
+        assert!(paths.len() >= 3, "the dead prefix spans several segments: {}", paths.len());
+        drop(log);
+        // A kill after k of the unlinks, for every k: the live messages and nothing else.
+        for k in 0..=paths.len() {
+            let copy = root.join(format!("copy-{k}"));
+            fs::create_dir_all(&copy).unwrap();
+            for entry in fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+            }
+            let unlinked: Vec<PathBuf> = paths[..k].iter().map(|p| copy.join(p.file_name().unwrap())).collect();
+            remove_segments(&copy, &unlinked).unwrap();
+            let mut r = Replay::default();
+            SegmentLog::open(&copy, segment_bytes, |pos, rec| r.apply(pos.segment, &rec)).unwrap();
+            let (_, _, live) = r.into_queues().next().unwrap();
+            let got: Vec<u64> = live.iter().map(|m| m.seq).collect();
+            assert_eq!(got, (21..=30).collect::<Vec<_>>(), "after {k} of {} unlinks", paths.len());
+            assert_eq!(live[0].receive_count, 1, "21's deliveries survive: its segment was never deleted");
+        }
+        fs::remove_dir_all(&root).unwrap();
     }
 }

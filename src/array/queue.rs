@@ -13,7 +13,7 @@
 //! Depth limit (issue 13): each queue holds at most `max_messages` messages and `max_bytes`
 //! body bytes (ready, delayed and unacknowledged together; KubeMQ's per-channel store limits
 //! MaxMessages / MaxQueueSize; 0 = unlimited). A SEND over either is refused, not appended:
-//! its ticket gets `CoreMsg::QueueFull` (STOMP: ERROR `too many pending requests`, body `the
+//! its ticket gets `CoreMsg::Refused` (STOMP: ERROR `too many pending requests`, body `the
 //! queue is full`; gRPC: an in-band error result). A SEND without a ticket (STOMP without
 //! `receipt`) has no one to tell: it is dropped and counted (`refused`). Refusing rather than
 //! pacing keeps memory bounded whatever the sender does; receipt pacing above still applies
@@ -34,9 +34,9 @@
 //! Pulls: a pull takes what is ready at once (up to its max) and answers; when nothing is
 //! ready it waits, first in line ahead of the push consumers, until a message arrives or its
 //! wait ends (checked every tick).
-use super::persist::{Journal, Replay};
+use super::persist::{Journal, LogEpoch, Replay};
 use super::Outbox;
-use crate::mesh::msg::{ChannelStats, CoreId, CoreMsg, PullMode, PullRequest, PullResult, Pulled, QueueMeta, Settle, SubRef, Ticket};
+use crate::mesh::msg::{ChannelStats, CoreId, CoreMsg, PullMode, PullRequest, PullResult, Pulled, QueueMeta, Refusal, Settle, SubRef, Ticket};
 use crate::model::{now_unix_ns, Channel, Message};
 use ahash::AHashMap;
 use std::collections::VecDeque;
@@ -53,6 +53,8 @@ struct Entry {
     receive_count: u32,
     /// Per-queue sequence, assigned on arrival.
     seq: u64,
+    /// Where its record is in the log (the live-record count it is part of; see `persist`).
+    epoch: LogEpoch,
     /// Unix ns; 0 = never expires. Inline because it is checked on every delivery.
     expires_at_ns: i64,
     /// Everything rarer than an expiry lives behind one pointer (STOMP sends have none).
@@ -137,13 +139,13 @@ impl QueueChannel {
         while let Some(mut entry) = self.ready.pop_front() {
             if entry.expires_at_ns != 0 && entry.expires_at_ns <= *now_ns.get_or_insert_with(now_unix_ns) {
                 self.gone(&entry);
-                journal.gone(name, entry.seq);
+                journal.gone(name, entry.seq, entry.epoch);
                 *expired += 1;
                 continue;
             }
             if entry.receive_count >= entry.max_receive() {
                 self.gone(&entry);
-                journal.dead_lettered(name, entry.seq, entry.meta.as_deref().and_then(|m| m.dead_letter.as_ref()));
+                journal.dead_lettered(name, entry.seq, entry.epoch, entry.meta.as_deref().and_then(|m| m.dead_letter.as_ref()));
                 dead_letter(name, entry, cores, out);
                 continue;
             }
@@ -249,9 +251,10 @@ impl Queues {
             ch.next_seq = ch.next_seq.max(max_seq);
             for r in live {
                 restored += 1;
+                self.journal.recovered(r.epoch);
                 ch.depth_bytes += r.msg.body.len();
                 let delayed_to = r.meta.as_deref().map_or(0, |m| m.delayed_to_ns);
-                let entry = Entry { msg: r.msg, receive_count: r.receive_count, seq: r.seq, expires_at_ns: r.expires_at_ns, meta: r.meta };
+                let entry = Entry { msg: r.msg, receive_count: r.receive_count, seq: r.seq, epoch: r.epoch, expires_at_ns: r.expires_at_ns, meta: r.meta };
                 if delayed_to > now_ns {
                     let at = ch.delayed.partition_point(|(due, _)| *due <= delayed_to);
                     ch.delayed.insert(at, (delayed_to, entry));
@@ -286,22 +289,25 @@ impl Queues {
         let ch = self.channels.entry(channel.clone()).or_default();
         let len = msg.body.len();
         let full = (self.max_messages > 0 && ch.depth() >= self.max_messages) || (self.max_bytes > 0 && ch.depth_bytes.saturating_add(len) > self.max_bytes);
-        if full {
+        let expires_at_ns = meta.as_deref().map_or(0, |m| m.expires_at_ns);
+        // The store's room (`--store-max-bytes`, a full disk) is asked last: a refusal there
+        // leaves nothing journaled.
+        let journaled = if full { None } else { self.journal.message(&msg, ch.next_seq + 1, expires_at_ns, meta.as_deref()) };
+        let Some(epoch) = journaled else {
             ch.refused += 1;
             self.refused_total += 1;
             if let Some(t) = done {
-                out.push((t.core, CoreMsg::QueueFull { ticket: t }));
+                let why = if full { Refusal::QueueFull } else { Refusal::StoreFull };
+                out.push((t.core, CoreMsg::Refused { ticket: t, why }));
             }
             return;
-        }
+        };
         ch.depth_bytes += len;
         ch.next_seq += 1;
         ch.sent += 1;
         ch.bytes += msg.body.len() as u64;
-        let expires_at_ns = meta.as_deref().map_or(0, |m| m.expires_at_ns);
         let delayed_to = meta.as_deref().map_or(0, |m| m.delayed_to_ns);
-        self.journal.message(&msg, ch.next_seq, expires_at_ns, meta.as_deref());
-        let entry = Entry { msg, receive_count: 0, seq: ch.next_seq, expires_at_ns, meta };
+        let entry = Entry { msg, receive_count: 0, seq: ch.next_seq, epoch, expires_at_ns, meta };
         if delayed_to > 0 && delayed_to > now_unix_ns() {
             let at = ch.delayed.partition_point(|(due, _)| *due <= delayed_to);
             ch.delayed.insert(at, (delayed_to, entry));
@@ -367,8 +373,10 @@ impl Queues {
             if !stays {
                 ch.gone(&f.entry);
                 match action {
-                    Settle::Nack => self.journal.dead_lettered(channel, f.entry.seq, f.entry.meta.as_deref().and_then(|m| m.dead_letter.as_ref())),
-                    _ => self.journal.gone(channel, f.entry.seq),
+                    Settle::Nack => {
+                        self.journal.dead_lettered(channel, f.entry.seq, f.entry.epoch, f.entry.meta.as_deref().and_then(|m| m.dead_letter.as_ref()))
+                    }
+                    _ => self.journal.gone(channel, f.entry.seq, f.entry.epoch),
                 }
             }
             match action {
@@ -407,7 +415,7 @@ impl Queues {
             let purged = ch.ready.len() as u64;
             for e in std::mem::take(&mut ch.ready) {
                 ch.gone(&e);
-                self.journal.gone(&channel, e.seq);
+                self.journal.gone(&channel, e.seq, e.epoch);
             }
             req.reply.send(PullResult { token: req.token, purged, ..PullResult::default() });
             self.pump(&channel, now, out);
@@ -542,7 +550,7 @@ impl Queues {
                             ch.inflight.insert(tag, Inflight { entry, consumer: req.holder });
                         } else {
                             ch.gone(&entry);
-                            self.journal.gone(channel, entry.seq);
+                            self.journal.gone(channel, entry.seq, entry.epoch);
                         }
                     }
                     if result.messages.is_empty() {
@@ -596,7 +604,7 @@ impl Queues {
         let Some(ch) = self.channels.get_mut(channel) else { return 0 };
         let dropped = ch.ready.len() + ch.delayed.len();
         for e in ch.ready.drain(..).chain(ch.delayed.drain(..).map(|(_, e)| e)) {
-            self.journal.gone(channel, e.seq);
+            self.journal.gone(channel, e.seq, e.epoch);
         }
         // What is left is in flight.
         ch.depth_bytes = ch.inflight.values().map(|f| f.entry.msg.body.len()).sum();
@@ -977,7 +985,7 @@ mod tests {
         for (_, m) in out.drain(..) {
             match m {
                 CoreMsg::Done { ticket, .. } => done.push(ticket.token),
-                CoreMsg::QueueFull { ticket } => full.push(ticket.token),
+                CoreMsg::Refused { ticket, .. } => full.push(ticket.token),
                 _ => {}
             }
         }

@@ -4,7 +4,7 @@
 //! stamped message and every deletion is also journaled ([`Journal`]), and a restart restores
 //! the channels from the log ([`Store::restore`]).
 use super::events::{Events, Interest};
-use super::persist::Journal;
+use super::persist::{Journal, LogEpoch};
 use super::Outbox;
 use crate::mesh::msg::{CoreMsg, StartAt, SubRef};
 use crate::model::{Channel, Message, Pattern};
@@ -68,6 +68,19 @@ impl StoreLog for MemoryLog {
 struct StoreChannel {
     log: MemoryLog,
     live: Events,
+    /// Where its messages' records are in the core's log: (epoch, messages) runs, in order
+    /// (one run per segment, so a few entries), given back to the journal when the channel
+    /// is deleted. Empty without a store.
+    epochs: Vec<(LogEpoch, u64)>,
+}
+
+impl StoreChannel {
+    fn logged(&mut self, epoch: LogEpoch) {
+        match self.epochs.last_mut() {
+            Some((last, n)) if *last == epoch => *n += 1,
+            _ => self.epochs.push((epoch, 1)),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -85,26 +98,38 @@ impl Store {
     }
 
     /// Restores channels from a log's replay; returns how many messages came back.
-    pub fn restore(&mut self, channels: impl Iterator<Item = (Channel, Vec<Arc<Message>>)>) -> usize {
+    pub fn restore(&mut self, channels: impl Iterator<Item = (Channel, Vec<(Arc<Message>, LogEpoch)>)>) -> usize {
         let mut restored = 0;
-        for (name, messages) in channels {
-            restored += messages.len();
-            self.channels.insert(name, StoreChannel { log: MemoryLog::restored(messages), live: Events::default() });
+        for (name, logged) in channels {
+            restored += logged.len();
+            let mut ch = StoreChannel::default();
+            let mut messages = Vec::with_capacity(logged.len());
+            for (msg, epoch) in logged {
+                self.journal.recovered(epoch);
+                ch.logged(epoch);
+                messages.push(msg);
+            }
+            ch.log = MemoryLog::restored(messages);
+            self.channels.insert(name, ch);
         }
         restored
     }
 
-    /// Appends (stamping sequence and time) and delivers to live subscribers.
-    pub fn publish(&mut self, msg: Arc<Message>, now_ns: i64, cores: usize, out: &mut Outbox) -> u64 {
+    /// Appends (stamping sequence and time) and delivers to live subscribers: the sequence
+    /// it got, or `None` when the persistent store has no room for it (nothing appended).
+    pub fn publish(&mut self, msg: Arc<Message>, now_ns: i64, cores: usize, out: &mut Outbox) -> Option<u64> {
         let ch = self.channels.entry(msg.channel.clone()).or_default();
         let mut stamped = Arc::unwrap_or_clone(msg);
         stamped.sequence = ch.log.last_seq() + 1;
         stamped.timestamp_ns = now_ns;
         let stamped = Arc::new(stamped);
-        self.journal.stored(&stamped);
+        let epoch = self.journal.stored(&stamped)?;
+        if self.journal.is_enabled() {
+            ch.logged(epoch);
+        }
         let seq = ch.log.append(Arc::clone(&stamped));
         ch.live.publish(Pattern::EventsStore, &stamped, cores, out);
-        seq
+        Some(seq)
     }
 
     /// Replays from `start` to this one subscription, then adds it to the live list. Replay
@@ -138,8 +163,9 @@ impl Store {
     /// Drops the channel's log when it has no live subscribers.
     pub fn delete(&mut self, channel: &Channel) {
         if self.channels.get(channel).is_some_and(|ch| ch.live.is_empty()) {
-            self.channels.remove(channel);
-            self.journal.store_deleted(channel);
+            if let Some(ch) = self.channels.remove(channel) {
+                self.journal.store_deleted(channel, &ch.epochs);
+            }
         }
     }
 
@@ -195,7 +221,7 @@ mod tests {
         let mut s = Store::default();
         let mut out = Outbox::new();
         for (i, b) in ["a", "b", "c"].into_iter().enumerate() {
-            assert_eq!(s.publish(msg(b), 100 * (i as i64 + 1), 1, &mut out), i as u64 + 1);
+            assert_eq!(s.publish(msg(b), 100 * (i as i64 + 1), 1, &mut out), Some(i as u64 + 1));
         }
         assert!(out.is_empty(), "no subscribers yet");
         s
@@ -240,7 +266,8 @@ mod tests {
         let at = |seq: u64, ts: i64| Arc::new(Message { sequence: seq, timestamp_ns: ts, ..(*msg("x")).clone() });
         let mut s = Store::default();
         let ch = Channel::from_static("audit");
-        assert_eq!(s.restore([(ch.clone(), vec![at(1, 100), at(2, 200), at(4, 400)])].into_iter()), 3);
+        let e = LogEpoch(1);
+        assert_eq!(s.restore([(ch.clone(), vec![(at(1, 100), e), (at(2, 200), e), (at(4, 400), e)])].into_iter()), 3);
         for (start, want) in [
             (StartAt::First, vec![1, 2, 4]),
             (StartAt::Sequence(3), vec![4]),
@@ -254,7 +281,7 @@ mod tests {
             s.unsubscribe(&ch, interest().sub);
         }
         let mut out = Outbox::new();
-        assert_eq!(s.publish(msg("e"), 500, 1, &mut out), 5, "no sequence is reused");
+        assert_eq!(s.publish(msg("e"), 500, 1, &mut out), Some(5), "no sequence is reused");
         assert_eq!(s.stats()[0].messages, 4);
     }
 
@@ -276,6 +303,7 @@ mod tests {
             })
         });
         assert_eq!(logged, ["message 1 a", "delete audit"]);
+        assert_eq!(s.journal.oldest_live(), None, "the deleted channel's message is no longer live");
         let mut plain = Store::default();
         plain.publish(msg("a"), 1, 1, &mut out);
         assert!(!plain.journal.has_pending(), "no journal without a store directory");

@@ -342,6 +342,20 @@ pub(super) struct Cli {
     #[arg(long, value_name = "US", allow_negative_numbers = true)]
     pub(super) store_sync_interval_us: Option<String>,
 
+    /// Cap on the store's disk use, in bytes (segment files over every core, each core taking
+    /// an equal share): a queue or Events-Store SEND that would take its core's log past its
+    /// share is refused (STOMP ERROR `too many pending requests`, gRPC an in-band error) and
+    /// nothing is appended; settlements (ACKs) are always written, so consumers can still
+    /// drain and free whole segments. A full disk (ENOSPC) is refused the same way. 0 (the
+    /// default) = no cap. Env STOMPGATE_STORE_MAX_BYTES. TOML key: store_max_bytes.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
+    pub(super) store_max_bytes: Option<String>,
+
+    /// Size of one log segment file in bytes (default 64 MiB). For tests of space
+    /// reclamation: not part of the documented configuration.
+    #[arg(long, value_name = "BYTES", hide = true)]
+    pub(super) store_segment_bytes: Option<String>,
+
     /// TOML file with any of the settings above; keys are the flag names with '-' → '_'
     /// (e.g. stomp_addr = "127.0.0.1:61613", cores = 2, cpus = "0,1", default_pattern = "queues",
     /// heartbeat_ms = 5000). Unknown keys are an error. Flags and env override the file.
@@ -397,6 +411,7 @@ mod tests {
             env::STORE_PATH,
             env::STORE_SYNC,
             env::STORE_SYNC_INTERVAL_US,
+            env::STORE_MAX_BYTES,
         ] {
             assert!(help.contains(name), "help lacks {name}");
         }

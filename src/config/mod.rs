@@ -144,6 +144,12 @@ pub struct StoreConfig {
     /// Shortest time between two syncs of one core's log, in µs: records that arrive in
     /// between share the next write and sync (group commit).
     pub sync_interval_us: u64,
+    /// Cap on the segment files' bytes over every core (`--store-max-bytes`); 0 = none.
+    pub max_bytes: u64,
+    /// Size of one segment file (hidden `--store-segment-bytes`, for tests): by default
+    /// 64 MiB, large enough that rollovers are rare, small enough that a segment is a cheap
+    /// unit to scan at recovery and to delete once nothing in it is live.
+    pub segment_bytes: u64,
 }
 
 /// `--store-sync`: how durable a record is before its confirmation goes out.
@@ -158,7 +164,7 @@ pub enum StoreSync {
 impl Default for StoreConfig {
     fn default() -> Self {
         // Off until recovery is complete (issue 15); the issue's target default is `./store`.
-        StoreConfig { dir: None, sync: StoreSync::Fsync, sync_interval_us: 200 }
+        StoreConfig { dir: None, sync: StoreSync::Fsync, sync_interval_us: 200, max_bytes: 0, segment_bytes: 64 << 20 }
     }
 }
 

@@ -184,7 +184,15 @@ impl Config {
                 None => d.sync_interval_us,
                 Some((raw, source)) => parse_uint(&raw, source, 0)?,
             };
-        Ok(StoreConfig { dir, sync, sync_interval_us })
+        let max_bytes = match src.pick("store-max-bytes", &cli.store_max_bytes, Some(env::STORE_MAX_BYTES), "store_max_bytes") {
+            None => d.max_bytes,
+            Some((raw, source)) => parse_uint(&raw, source, 0)?,
+        };
+        let segment_bytes = match src.pick("store-segment-bytes", &cli.store_segment_bytes, None, "store_segment_bytes") {
+            None => d.segment_bytes,
+            Some((raw, source)) => parse_uint(&raw, source, 1024)?,
+        };
+        Ok(StoreConfig { dir, sync, sync_interval_us, max_bytes, segment_bytes })
     }
 
     /// `--grpc-tls-cert` and `--grpc-tls-key`: both or neither, each a readable file.

@@ -57,10 +57,13 @@ pub mod env {
     /// How the store syncs: no KubeMQ counterpart, our own names.
     pub const STORE_SYNC: &str = "STOMPGATE_STORE_SYNC";
     pub const STORE_SYNC_INTERVAL_US: &str = "STOMPGATE_STORE_SYNC_INTERVAL_US";
+    /// KubeMQ's store limits are per channel (`STORE_MAX_QUEUE_SIZE`, mapped to
+    /// `--queue-max-bytes`); a cap on the whole store is ours.
+    pub const STORE_MAX_BYTES: &str = "STOMPGATE_STORE_MAX_BYTES";
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 55] = [
+pub const TOML_KEYS: [&str; 56] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -102,6 +105,7 @@ pub const TOML_KEYS: [&str; 55] = [
     "store_dir",
     "store_sync",
     "store_sync_interval_us",
+    "store_max_bytes",
     "amqp_addr",
     "amqp_max_frame_size",
     "amqp_max_message_size",

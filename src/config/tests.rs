@@ -556,19 +556,27 @@ fn websocket_defaults_and_bad_values() {
 fn store_settings_from_flag_env_and_file() {
     use crate::config::{StoreConfig, StoreSync};
     use std::path::PathBuf;
-    assert_eq!(parse(&[]).unwrap().store, StoreConfig { dir: None, sync: StoreSync::Fsync, sync_interval_us: 200 }, "off by default for now");
+    assert_eq!(
+        parse(&[]).unwrap().store,
+        StoreConfig { dir: None, sync: StoreSync::Fsync, sync_interval_us: 200, ..StoreConfig::default() },
+        "off by default for now"
+    );
     let c = parse(&["--store-dir", "/tmp/sg", "--store-sync", "write", "--store-sync-interval-us", "0"]).unwrap();
-    assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("/tmp/sg")), sync: StoreSync::Write, sync_interval_us: 0 });
+    assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("/tmp/sg")), sync: StoreSync::Write, sync_interval_us: 0, ..StoreConfig::default() });
     assert_eq!(parse(&["--store-dir", "off"]).unwrap().store.dir, None);
     let c = parse_env(&[], &[("STORE_STORE_PATH", "/var/sg"), ("STOMPGATE_STORE_SYNC", "fsync"), ("STOMPGATE_STORE_SYNC_INTERVAL_US", "50")]).unwrap();
-    assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("/var/sg")), sync: StoreSync::Fsync, sync_interval_us: 50 });
+    assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("/var/sg")), sync: StoreSync::Fsync, sync_interval_us: 50, ..StoreConfig::default() });
     assert_eq!(parse_env(&["--store-dir", "off"], &[("STORE_STORE_PATH", "/var/sg")]).unwrap().store.dir, None, "flag over env");
     let file = TempToml::new("store_dir = \"./st\"\nstore_sync = \"write\"\nstore_sync_interval_us = 7\n");
     let c = parse(&["--config", file.path()]).unwrap();
-    assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("./st")), sync: StoreSync::Write, sync_interval_us: 7 });
+    assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("./st")), sync: StoreSync::Write, sync_interval_us: 7, ..StoreConfig::default() });
     assert!(err(&["--store-sync", "always"], &[]).starts_with("invalid --store-sync: \"always\""));
     assert!(err(&["--store-sync-interval-us", "-3"], &[]).starts_with("invalid --store-sync-interval-us: "));
     assert!(err(&["--store-dir", ""], &[]).starts_with("invalid --store-dir: "));
+    let c = parse_env(&["--store-segment-bytes", "4096"], &[("STOMPGATE_STORE_MAX_BYTES", "1000000")]).unwrap();
+    assert_eq!((c.store.max_bytes, c.store.segment_bytes), (1_000_000, 4096));
+    assert_eq!(parse(&["--store-max-bytes", "5"]).unwrap().store.max_bytes, 5);
+    assert!(err(&["--store-segment-bytes", "10"], &[]).starts_with("invalid --store-segment-bytes: must be at least 1024"));
 }
 
 #[test]

@@ -317,8 +317,12 @@ impl Endpoint for Conn {
         self.with_session(core, |s, out| s.failed(token, out));
     }
 
-    fn queue_full(&self, core: &Rc<Core>, token: u64) {
-        self.with_session(core, |s, out| s.refused(token, WireError::QueueFull, out));
+    fn refused(&self, core: &Rc<Core>, token: u64, why: crate::mesh::msg::Refusal) {
+        let err = match why {
+            crate::mesh::msg::Refusal::QueueFull => WireError::QueueFull,
+            crate::mesh::msg::Refusal::StoreFull => WireError::StoreFull(core.cfg.store.max_bytes),
+        };
+        self.with_session(core, |s, out| s.refused(token, err, out));
     }
 
     fn tick(&self, core: &Rc<Core>, now: Instant) {

@@ -259,7 +259,7 @@ impl Worker {
     /// The array refused a queue send at the queue's depth limit.
     pub fn queue_full(&self, ticket: Option<Ticket>) {
         if let Some(ticket) = ticket {
-            self.back.send(ticket.core, CoreMsg::QueueFull { ticket });
+            self.back.send(ticket.core, CoreMsg::Refused { ticket, why: crate::mesh::msg::Refusal::QueueFull });
         }
     }
 

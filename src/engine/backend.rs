@@ -82,7 +82,14 @@ impl Backend {
                 let first = out.len();
                 match pattern {
                     Pattern::EventsStore => {
-                        shard.store.publish(msg, now_unix_ns(), cores, out);
+                        if shard.store.publish(msg, now_unix_ns(), cores, out).is_none() {
+                            // The persistent store has no room: nothing was appended. Without a
+                            // ticket (no receipt) the refusal is only counted (the journal's).
+                            if let Some(t) = done {
+                                out.push((t.core, CoreMsg::Refused { ticket: t, why: crate::mesh::msg::Refusal::StoreFull }));
+                            }
+                            return None;
+                        }
                     }
                     _ => shard.events.publish(Pattern::Events, &msg, cores, out),
                 }

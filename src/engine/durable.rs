@@ -29,16 +29,39 @@
 //!
 //! A failed write or sync confirms none of the batch's operations: their issuers get
 //! `Failed` (a STOMP RECEIPT becomes an ERROR), as after a failed `fdatasync` the data may be
-//! gone even if a retry succeeded.
+//! gone even if a retry succeeded. When the failure is a full disk (ENOSPC, EDQUOT) they get
+//! `Refused { StoreFull }` instead, the answer `--store-max-bytes` gives, and new message
+//! records are refused for a second (the journals' room is 0), then tried again. The
+//! settlements of a failed batch (the queues already applied them in memory) are carried
+//! into the next batch, so the log catches up with memory once a write succeeds; its message
+//! records are not (their SENDs were refused).
+//!
+//! # Deleting dead segments
+//! After a commit succeeded, every closed segment older than the oldest epoch that still has
+//! a live message (taken when the batch was taken: every settlement that made those segments
+//! dead is in this batch or an earlier one, so it is durable now) is detached from the log
+//! and unlinked, oldest first with a directory sync after each, on glommio's blocking thread
+//! like the `fdatasync`; one deletion runs at a time, so unlinks never reorder. See
+//! `array::persist` ("Which records are live") for why deleting only a prefix is crash-safe.
+//!
+//! # Room
+//! With `--store-max-bytes`, each core may use an equal share of it; after every commit the
+//! journals' shared room is set to that share minus the log's segment bytes and what is
+//! pending, so the cap holds to within one batch of settlements.
 use super::backend::Backend;
 use super::Core;
-use crate::array::log::segment::{Recovery, SegmentLog};
-use crate::array::persist::{self, Replay};
+use crate::array::log::record::{self, Record};
+use crate::array::log::segment::{self, Recovery, SegmentId, SegmentLog};
+use crate::array::persist::{self, LogEpoch, Replay, Room};
 use crate::config::{Config, StoreSync};
-use crate::mesh::msg::{CoreId, CoreMsg};
+use crate::mesh::msg::{CoreId, CoreMsg, Refusal};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+/// How long new message records are refused after the disk was found full, before a write
+/// is tried again.
+const FULL_DISK_BACKOFF: Duration = Duration::from_secs(1);
 
 /// One core's log as it opened: the segments, and the queue state they replayed.
 pub struct Opened {
@@ -55,8 +78,8 @@ pub fn open(cfg: &Config, core: CoreId) -> Result<Option<Opened>, String> {
     let Some(root) = &cfg.store.dir else { return Ok(None) };
     let dir = persist::core_dir(root, core.index());
     let mut replay = Replay::default();
-    let (log, recovery) =
-        SegmentLog::open(&dir, persist::SEGMENT_BYTES, |_, rec| replay.apply(&rec)).map_err(|e| format!("cannot open the store of core {core}: {e}"))?;
+    let (log, recovery) = SegmentLog::open(&dir, cfg.store.segment_bytes, |pos, rec| replay.apply(pos.segment, &rec))
+        .map_err(|e| format!("cannot open the store of core {core}: {e}"))?;
     Ok(Some(Opened { log, replay, recovery }))
 }
 
@@ -72,12 +95,30 @@ pub struct Durable {
     last_commit: Cell<Option<Instant>>,
     /// The batch buffer, reused across commits.
     batch: RefCell<Vec<u8>>,
+    /// Settlement records of failed batches, written before the next batch.
+    carry: RefCell<Vec<u8>>,
+    /// Bytes new message records may still take (shared with both journals).
+    room: Room,
+    /// This core's share of `--store-max-bytes`; 0 = no cap.
+    share: u64,
+    /// When a write last found the disk full.
+    disk_full_at: Cell<Option<Instant>>,
+    /// A deletion of dead segments is running.
+    deleting: Cell<bool>,
+    /// Segments deleted since start (for tests and logs).
+    deleted: Cell<u64>,
 }
 
 impl Durable {
     /// Restores the shard's queues from `opened` and keeps its log for appends.
-    pub(super) fn start(opened: Opened, cfg: &Config, core: CoreId, shard: &mut crate::array::Shard) -> Durable {
+    pub(super) fn start(opened: Opened, cfg: &Config, core: CoreId, cores: usize, shard: &mut crate::array::Shard) -> Durable {
         let Opened { log, mut replay, recovery } = opened;
+        let room: Room = Rc::new(Cell::new(u64::MAX));
+        let epoch = LogEpoch(log.active_segment().0);
+        for journal in [&mut shard.queues.journal, &mut shard.store.journal] {
+            *journal = std::mem::take(journal).with_room(Rc::clone(&room));
+            journal.set_epoch(epoch);
+        }
         let orphans = replay.orphan_settlements;
         let stored = shard.store.restore(replay.take_stores());
         let restored = shard.queues.restore(replay);
@@ -85,6 +126,7 @@ impl Durable {
             %core,
             dir = %log.dir().display(),
             records = recovery.records,
+            segments = log.segments().count(),
             restored,
             stored,
             orphan_settlements = orphans,
@@ -93,7 +135,7 @@ impl Durable {
             tail_cuts = recovery.tail_cuts.len(),
             "store recovered"
         );
-        Durable {
+        let d = Durable {
             log: RefCell::new(log),
             sync: cfg.store.sync,
             interval: Duration::from_micros(cfg.store.sync_interval_us),
@@ -101,26 +143,70 @@ impl Durable {
             committing: Cell::new(false),
             last_commit: Cell::new(None),
             batch: RefCell::new(Vec::new()),
+            carry: RefCell::new(Vec::new()),
+            room,
+            share: cfg.store.max_bytes / cores.max(1) as u64,
+            disk_full_at: Cell::new(None),
+            deleting: Cell::new(false),
+            deleted: Cell::new(0),
+        };
+        d.refill_room(shard);
+        d
+    }
+
+    /// Sets the room new message records have: none for a second after a full disk, else
+    /// the share left (everything without a cap).
+    fn refill_room(&self, shard: &crate::array::Shard) {
+        if self.disk_full_at.get().is_some_and(|at| at.elapsed() < FULL_DISK_BACKOFF) {
+            self.room.set(0);
+            return;
+        }
+        self.disk_full_at.set(None);
+        if self.share == 0 {
+            self.room.set(u64::MAX);
+            return;
+        }
+        let pending = (shard.queues.journal.pending_bytes() + shard.store.journal.pending_bytes() + self.carry.borrow().len()) as u64;
+        self.room.set(self.share.saturating_sub(self.log.borrow().disk_bytes() + pending));
+    }
+
+    /// The segment below which nothing is live (every closed segment before it may go).
+    fn dead_below(shard: &crate::array::Shard) -> SegmentId {
+        let oldest = [shard.queues.journal.oldest_live(), shard.store.journal.oldest_live()].into_iter().flatten().min();
+        SegmentId(oldest.map_or(u64::MAX, |e| e.0))
+    }
+
+    /// Writes `batch` (one `write(2)`) and returns the sync still to run, per `--store-sync`.
+    fn append(&self, batch: &[u8]) -> std::io::Result<Option<segment::PendingSync>> {
+        let mut log = self.log.borrow_mut();
+        if !batch.is_empty() {
+            log.append_batch(batch)?;
+        }
+        match self.sync {
+            StoreSync::Write => {
+                log.skip_sync();
+                Ok(None)
+            }
+            StoreSync::Fsync => Ok(Some(log.begin_sync()?).filter(|p| !p.is_empty())),
         }
     }
 
-    /// Writes `batch` and makes it as durable as `--store-sync` asks.
-    async fn write_and_sync(&self, batch: &[u8]) -> std::io::Result<()> {
-        let pending = {
-            let mut log = self.log.borrow_mut();
-            if !batch.is_empty() {
-                log.append_batch(batch)?;
+    /// Keeps the settlement records of a failed `batch` for the next one.
+    fn carry_settlements(&self, batch: &[u8]) {
+        let mut carry = Vec::new();
+        segment::scan_segment(batch, |_, rec| {
+            if matches!(rec, Record::QueueSettle(_) | Record::StoreDelete { .. }) {
+                // Re-encoding a record that was decoded from an encoding cannot exceed the limit.
+                let _ = record::encode(&rec, &mut carry);
             }
-            match self.sync {
-                StoreSync::Write => return Ok(()),
-                StoreSync::Fsync => log.begin_sync()?,
-            }
-        };
-        if pending.is_empty() {
-            return Ok(());
-        }
-        glommio::executor().spawn_blocking(move || pending.run()).await
+        });
+        *self.carry.borrow_mut() = carry;
     }
+}
+
+/// Whether a write failed because the disk (or the user's quota) is full.
+fn is_disk_full(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded)
 }
 
 impl Core {
@@ -152,6 +238,15 @@ impl Core {
         }
     }
 
+    /// Periodic store duty: gives new message records room again once the full-disk back-off
+    /// has passed (nothing else would while no commit runs).
+    pub(super) fn store_tick(&self) {
+        let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
+        if d.disk_full_at.get().is_some() && !d.committing.get() {
+            d.refill_room(&shard.borrow());
+        }
+    }
+
     async fn commit_loop(self: Rc<Self>) {
         let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
         loop {
@@ -164,24 +259,63 @@ impl Core {
                 }
             }
             let mut batch = std::mem::take(&mut *d.batch.borrow_mut());
-            {
+            let dead_below = {
                 let mut shard = shard.borrow_mut();
-                shard.queues.journal.take(&mut batch);
+                let carry = std::mem::take(&mut *d.carry.borrow_mut());
+                if carry.is_empty() {
+                    shard.queues.journal.take(&mut batch);
+                } else {
+                    batch.clear();
+                    batch.extend_from_slice(&carry);
+                    shard.queues.journal.take_after(&mut batch);
+                }
+                let fresh = batch.len() > carry.len() || shard.store.journal.has_pending();
                 shard.store.journal.take_after(&mut batch);
-            }
+                if !fresh && d.held.borrow().is_empty() {
+                    // Only carried settlements: they wait for the next real batch rather than
+                    // retry a failing disk in a loop.
+                    *d.carry.borrow_mut() = carry;
+                    *d.batch.borrow_mut() = batch;
+                    break;
+                }
+                Durable::dead_below(&shard)
+            };
             let confirms = std::mem::take(&mut *d.held.borrow_mut());
-            if batch.is_empty() && confirms.is_empty() {
-                break;
-            }
             d.last_commit.set(Some(Instant::now()));
-            let result = d.write_and_sync(&batch).await;
-            *d.batch.borrow_mut() = batch;
-            if let Err(e) = &result {
-                tracing::error!(core = %self.id, error = %e, confirmations = confirms.len(), "store write failed: the operations of this batch are not confirmed");
+            let appended = d.append(&batch);
+            // Records journaled from now on land in the active segment or a later one.
+            {
+                let epoch = LogEpoch(d.log.borrow().active_segment().0);
+                let mut shard = shard.borrow_mut();
+                shard.queues.journal.set_epoch(epoch);
+                shard.store.journal.set_epoch(epoch);
             }
+            let result = match appended {
+                Ok(Some(pending)) => glommio::executor().spawn_blocking(move || pending.run()).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            let full = result.as_ref().err().is_some_and(is_disk_full);
+            match &result {
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::error!(core = %self.id, error = %e, confirmations = confirms.len(), "store write failed: the operations of this batch are not confirmed");
+                    d.carry_settlements(&batch);
+                    if full {
+                        d.disk_full_at.set(Some(Instant::now()));
+                    }
+                }
+            }
+            *d.batch.borrow_mut() = batch;
+            if result.is_ok() {
+                self.delete_dead_segments(dead_below);
+            }
+            // After the deletion's detach: the segments it takes no longer count.
+            d.refill_room(&shard.borrow());
             for (to, msg) in confirms {
                 match (msg, &result) {
                     (m, Ok(())) => self.dispatch(to, m),
+                    (CoreMsg::Done { ticket, .. }, Err(_)) if full => self.dispatch(to, CoreMsg::Refused { ticket, why: Refusal::StoreFull }),
                     (CoreMsg::Done { ticket, .. }, Err(_)) => self.dispatch(to, CoreMsg::Failed { ticket }),
                     (m, Err(_)) => self.dispatch(to, m),
                 }
@@ -189,5 +323,39 @@ impl Core {
             self.drain_local();
         }
         d.committing.set(false);
+    }
+
+    /// Detaches the closed segments before `before` and unlinks them on the blocking thread,
+    /// unless a deletion is still running (the next commit picks them up then).
+    fn delete_dead_segments(self: &Rc<Self>, before: SegmentId) {
+        let Some(d) = &self.durable else { return };
+        if d.deleting.get() {
+            return;
+        }
+        let (dir, paths) = {
+            let mut log = d.log.borrow_mut();
+            (log.dir().to_path_buf(), log.detach_before(before))
+        };
+        if paths.is_empty() {
+            return;
+        }
+        d.deleting.set(true);
+        let core = Rc::clone(self);
+        glommio::spawn_local(async move {
+            let n = paths.len() as u64;
+            let removed = glommio::executor().spawn_blocking(move || segment::remove_segments(&dir, &paths)).await;
+            let Some(d) = &core.durable else { return };
+            match removed {
+                Ok(()) => {
+                    d.deleted.set(d.deleted.get() + n);
+                    tracing::debug!(core = %core.id, segments = n, since_start = d.deleted.get(), "deleted log segments holding nothing live");
+                }
+                // Detached already: the files stay as dead weight until the next start scans
+                // them (their records are all settled, so nothing comes back).
+                Err(e) => tracing::warn!(core = %core.id, error = %e, "cannot delete a log segment holding nothing live"),
+            }
+            d.deleting.set(false);
+        })
+        .detach();
     }
 }

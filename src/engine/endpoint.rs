@@ -35,8 +35,8 @@ pub trait Endpoint {
     fn completed(&self, core: &Rc<Core>, token: u64);
     /// The operation behind `token` failed for good.
     fn failed(&self, core: &Rc<Core>, token: u64);
-    /// The queue SEND behind `token` was refused: the queue is at its depth limit.
-    fn queue_full(&self, core: &Rc<Core>, token: u64);
+    /// The SEND behind `token` was refused (a queue at its depth limit, the store full).
+    fn refused(&self, core: &Rc<Core>, token: u64, why: crate::mesh::msg::Refusal);
     /// Periodic duties (heart-beats, the slow-subscriber rule), every housekeeping tick.
     fn tick(&self, core: &Rc<Core>, now: Instant);
     /// The server is stopping: say so to the client and close.

@@ -95,7 +95,7 @@ impl Core {
                 if let Some(opened) = store {
                     shard.queues = shard.queues.with_journal();
                     shard.store = std::mem::take(&mut shard.store).with_journal();
-                    durable = Some(durable::Durable::start(opened, &cfg, id, &mut shard));
+                    durable = Some(durable::Durable::start(opened, &cfg, id, cores, &mut shard));
                 }
                 Backend::Embedded(RefCell::new(shard))
             }
@@ -289,12 +289,12 @@ impl Core {
                     self.complete(ticket);
                 }
             }
-            CoreMsg::QueueFull { ticket } => {
+            CoreMsg::Refused { ticket, why } => {
                 self.completions.borrow_mut().forget(ticket);
                 if let Some(endpoint) = self.endpoint(ticket.conn) {
-                    endpoint.queue_full(self, ticket.token);
+                    endpoint.refused(self, ticket.token, why);
                 } else if let Some(sink) = self.sinks.borrow().get(&ticket.conn) {
-                    sink.queue_full(ticket.token);
+                    sink.refused(ticket.token, why);
                 }
             }
             CoreMsg::Failed { ticket } => {
@@ -327,6 +327,7 @@ impl Core {
         let now = Instant::now();
         let mut out = Outbox::new();
         self.backend.tick(now, &mut out);
+        self.store_tick();
         self.hold_for_log(&mut out);
         self.dispatch_all(&mut out);
         for endpoint in self.all_endpoints() {

@@ -12,7 +12,7 @@ use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::auth::Access;
 use crate::delivery::{park_limit, Next, Parking};
-use crate::mesh::confirm::Confirmation;
+use crate::mesh::confirm::{Confirmation, Outcome};
 use crate::mesh::handle::ArrayHandle;
 use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, StartAt, SubNo, SubRef, Ticket};
 use crate::model::{now_unix_ns, Message, Pattern};
@@ -57,6 +57,18 @@ fn start(b: &Bridge, pattern: Pattern, msg: Arc<Message>, paced: bool) -> Option
 }
 
 const UNCONFIRMED: validate::Invalid = validate::Invalid::new(130, "events store publish was not confirmed");
+/// A store publish the persistent store had no room for (`--store-max-bytes`, a full disk).
+const STORE_FULL: validate::Invalid =
+    validate::Invalid::new(130, "events store publish was refused: the store is full (--store-max-bytes or no space left on its disk)");
+
+/// The in-band answer to a store publish once its confirmation ended.
+fn stored_result(event_id: String, outcome: Outcome) -> pb::Result {
+    match outcome {
+        Outcome::Confirmed => pb::Result { event_id, sent: true, error: String::new() },
+        Outcome::StoreFull => pb::Result { event_id, sent: false, error: STORE_FULL.message() },
+        _ => pb::Result { event_id, sent: false, error: UNCONFIRMED.message() },
+    }
+}
 
 /// `SendEvent` answers once the event is done with, as a STOMP RECEIPT does: stored (for
 /// Events-Store) and taken or parked-then-settled by every live subscriber. So a caller that
@@ -66,15 +78,12 @@ const UNCONFIRMED: validate::Invalid = validate::Invalid::new(130, "events store
 pub async fn send_event(b: &Bridge, ev: pb::Event) -> Result<pb::Result, Status> {
     let (pattern, msg) = prepare(b, ev)?;
     let event_id = convert::string_of(&msg.id);
-    let confirmed = match start(b, pattern, msg, true) {
-        Some(confirmation) => confirmation.wait().await,
-        None => true,
+    let outcome = match start(b, pattern, msg, true) {
+        Some(confirmation) => confirmation.outcome().await,
+        None => Outcome::Confirmed,
     };
     // An unconfirmed store publish is reported in-band, as KubeMQ reports publish failures.
-    Ok(match confirmed {
-        true => pb::Result { event_id, sent: true, error: String::new() },
-        false => pb::Result { event_id, sent: false, error: UNCONFIRMED.message() },
-    })
+    Ok(stored_result(event_id, outcome))
 }
 
 /// `SendEventsStream`: a `Result` for every Events-Store event (once stored) and for every
@@ -144,10 +153,7 @@ pub fn send_events_stream(b: Arc<Bridge>, mut inbound: Streaming<pb::Event>, mut
     tokio::spawn(async move {
         while let Some(next) = owed.recv().await {
             let result = match next {
-                Owed::Stored(event_id, confirmation) => match confirmation.wait().await {
-                    true => pb::Result { event_id, sent: true, error: String::new() },
-                    false => pb::Result { event_id, sent: false, error: UNCONFIRMED.message() },
-                },
+                Owed::Stored(event_id, confirmation) => stored_result(event_id, confirmation.outcome().await),
                 Owed::Failed(result) => result,
             };
             if tx.send(result).await.is_err() {

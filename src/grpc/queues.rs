@@ -12,7 +12,7 @@ use super::bridge::{Bridge, HOLDER_CORE};
 use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::auth::Access;
-use crate::mesh::confirm::{Confirmation, Outcome, NOT_STORED, QUEUE_FULL};
+use crate::mesh::confirm::{Confirmation, Outcome, NOT_STORED, QUEUE_FULL, STORE_FULL};
 use crate::mesh::msg::{CoreId, CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubNo, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, Incoming};
@@ -117,6 +117,7 @@ async fn finish_all(pending: InFlight) -> Vec<pb::SendQueueMessageResult> {
             Outcome::Confirmed => results.push(result),
             Outcome::QueueFull => results.push(error_result(result.message_id, QUEUE_FULL)),
             Outcome::NotStored => results.push(error_result(result.message_id, NOT_STORED)),
+            Outcome::StoreFull => results.push(error_result(result.message_id, STORE_FULL)),
             Outcome::NotConfirmed => results.push(error_result(result.message_id, "Error 130: queue send was not confirmed")),
         }
     }

@@ -7,7 +7,7 @@
 //! Why here and not in `grpc/`: the gRPC server and the remote-array egress both confirm this
 //! way, and the egress must not depend on the server.
 use super::handle::ArrayHandle;
-use super::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Ticket};
+use super::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Refusal, Ticket};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,6 +38,10 @@ pub const QUEUE_FULL: &str = "Error 130: queue is full (depth limit reached)";
 /// sync (`--store-dir`; e.g. the disk is full): it is not confirmed, as a STOMP SEND's
 /// RECEIPT becomes an ERROR then.
 pub const NOT_STORED: &str = "Error 130: queue send was not stored (the store could not write it)";
+
+/// The in-band error of a queue send refused because the persistent store has no room
+/// (`--store-max-bytes` reached, or its disk is full).
+pub const STORE_FULL: &str = "Error 130: queue send was refused: the store is full (--store-max-bytes or no space left on its disk)";
 
 /// An operation sent to a core, whose `Done` has not been awaited yet.
 pub struct Confirmation {
@@ -72,6 +76,9 @@ pub enum Outcome {
     Confirmed,
     /// The queue was at its depth limit: nothing was appended.
     QueueFull,
+    /// The persistent store had no room (`--store-max-bytes`, a full disk): nothing was
+    /// appended.
+    StoreFull,
     /// The persistent store could not write or sync the operation's record: not confirmed.
     NotStored,
     /// The core is gone, or [`CONFIRM_WAIT`] passed.
@@ -137,9 +144,15 @@ impl Confirmer {
 }
 
 impl ExternalSink for Confirmer {
-    /// Refused (a queue at its depth limit): the waiter learns it at once.
-    fn queue_full(&self, token: u64) {
-        self.end(token, Outcome::QueueFull);
+    /// Refused (a queue at its depth limit, the store full): the waiter learns it at once.
+    fn refused(&self, token: u64, why: Refusal) {
+        self.end(
+            token,
+            match why {
+                Refusal::QueueFull => Outcome::QueueFull,
+                Refusal::StoreFull => Outcome::StoreFull,
+            },
+        );
     }
 
     /// Not stored (a failed store write): the waiter learns it at once.

@@ -297,10 +297,19 @@ pub trait ExternalSink: Send + Sync {
     fn rpc_reply(&self, _outcome: RpcOutcome) {}
     /// A confirmation for a ticket this sink issued (see `CoreMsg::Done`).
     fn done(&self, _token: u64, _more: u32) {}
-    /// A queue send this sink issued was refused at the queue's depth limit.
-    fn queue_full(&self, _token: u64) {}
+    /// A send this sink issued was refused (see `CoreMsg::Refused`).
+    fn refused(&self, _token: u64, _why: Refusal) {}
     /// An operation this sink issued failed for good (see `CoreMsg::Failed`).
     fn failed(&self, _token: u64) {}
+}
+
+/// Why the array refused a send: nothing was appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The queue is at its depth limit (`--queue-max-messages`, `--queue-max-bytes`).
+    QueueFull,
+    /// The persistent store has no room: `--store-max-bytes`, or its disk is full (ENOSPC).
+    StoreFull,
 }
 
 pub enum CoreMsg {
@@ -451,9 +460,11 @@ pub enum CoreMsg {
     Failed {
         ticket: Ticket,
     },
-    /// A queue at its depth limit refused the send behind a ticket: nothing was appended.
-    QueueFull {
+    /// The array refused the send behind a ticket (a queue at its depth limit, or the
+    /// persistent store out of room): nothing was appended.
+    Refused {
         ticket: Ticket,
+        why: Refusal,
     },
     /// An external sink took or dropped a delivery it had parked while holding `ticket` (see
     /// `ExternalSink::deliver`); sent to the core that delivered it.
@@ -488,7 +499,7 @@ impl CoreMsg {
             CoreMsg::Done { .. } => "Done",
             CoreMsg::Delivered { .. } => "Delivered",
             CoreMsg::Failed { .. } => "Failed",
-            CoreMsg::QueueFull { .. } => "QueueFull",
+            CoreMsg::Refused { .. } => "Refused",
             CoreMsg::SinkSettled { .. } => "SinkSettled",
         }
     }

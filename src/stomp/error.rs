@@ -29,6 +29,9 @@ pub enum WireError {
     TooManySubscriptions,
     /// A SEND to a queue at its depth limit (messages or bytes).
     QueueFull,
+    /// A queue or Events-Store SEND the persistent store has no room for: its
+    /// `--store-max-bytes` (the value; 0 = no cap, so the disk itself is full).
+    StoreFull(u64),
     DuplicateSubscription,
     UnknownSubscription,
     UnknownTransaction,
@@ -136,7 +139,8 @@ impl WireError {
             | WireError::TooManyTxFrames
             | WireError::TooManyTransactions
             | WireError::TooManySubscriptions
-            | WireError::QueueFull => "too many pending requests",
+            | WireError::QueueFull
+            | WireError::StoreFull(_) => "too many pending requests",
             WireError::DuplicateSubscription => "duplicate subscription id",
             WireError::UnknownSubscription => "unknown subscription",
             WireError::UnknownTransaction => "unknown transaction",
@@ -168,6 +172,8 @@ impl WireError {
             WireError::TooManyTransactions => "too many open transactions",
             WireError::TooManySubscriptions => "too many subscriptions",
             WireError::QueueFull => "the queue is full",
+            WireError::StoreFull(0) => "the store is full: no space left on its disk",
+            WireError::StoreFull(max) => return Cow::Owned(format!("the store is full: --store-max-bytes ({max} bytes) or no space left on its disk")),
             WireError::DuplicateSubscription => "this connection already has a subscription with this id",
             WireError::UnknownSubscription => "no subscription with this id on this connection",
             WireError::UnknownTransaction => "no open transaction with this name on this connection",

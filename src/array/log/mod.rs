@@ -1,5 +1,6 @@
 //! The per-core append-only log under the persistent embedded array (issue 15, item 1): the
-//! bottom layer, with no runtime and not yet wired into the array.
+//! bottom layer, with no runtime (`engine::durable` drives it, `array::persist` says what
+//! goes in it).
 //!
 //! * [`record`]: the on-disk record (magic, CRC-32C, length, version, kind, fields) for queue
 //!   messages, their settlements and Events-Store messages; encoding into a caller's buffer,

@@ -59,10 +59,12 @@
 //! records of an event-loop turn into one buffer, appends them as one batch and syncs per
 //! `--store-sync` before releasing the RECEIPTs (item 2); on start it rebuilds its queues (every
 //! message without an Ack or DeadLetter, with its last Requeue receive count) and Events-Store
-//! logs (sequences continued) from [`SegmentLog::open`]'s records (item 4); it tracks, per
-//! segment, how many of its records are still live, and calls [`SegmentLog::delete_segment`]
-//! when none is (item 5). A settlement record stays live while the message it settles is in a
-//! segment still on disk: deleting the settlement first would bring the settled message back.
+//! logs (sequences continued) from [`SegmentLog::open`]'s records (item 4); it counts the
+//! live messages per segment (`array::persist`, "Which records are live") and deletes the
+//! prefix of closed segments that holds none ([`SegmentLog::detach_before`], then
+//! [`remove_segments`] off the core's thread; item 5). Only a prefix, oldest first: a
+//! settlement is never in an earlier segment than its message, so deleting the settlement
+//! without its message, which would bring the settled message back, cannot happen.
 
 use super::record::{self, Record, MAGIC};
 use std::collections::BTreeMap;
@@ -306,6 +308,34 @@ impl SegmentLog {
         sync_dir(&self.dir)
     }
 
+    /// Takes the closed segments older than `before` out of the log, oldest first, and
+    /// returns their paths for [`remove_segments`] (which may run on another thread: the
+    /// unlinks and directory syncs are syscalls that can wait for the device). The log
+    /// forgets them at once; until they are unlinked they are only dead files that a restart
+    /// would scan again and find nothing live in. Never the active segment.
+    pub fn detach_before(&mut self, before: SegmentId) -> Vec<PathBuf> {
+        let ids: Vec<SegmentId> = self.segments.range(..before).map(|(&id, _)| id).filter(|&id| id != self.active_id).collect();
+        ids.into_iter()
+            .map(|id| {
+                self.segments.remove(&id);
+                segment_path(&self.dir, id)
+            })
+            .collect()
+    }
+
+    /// Bytes of every segment on disk (what `--store-max-bytes` caps).
+    pub fn disk_bytes(&self) -> u64 {
+        self.segments.values().sum()
+    }
+
+    /// Forgets what a sync would have made durable, without syncing (`--store-sync write`):
+    /// closed segments' descriptors are dropped rather than kept for a sync that never comes.
+    pub fn skip_sync(&mut self) {
+        self.closed_unsynced.clear();
+        self.unsynced_bytes = 0;
+        self.dir_unsynced = false;
+    }
+
     /// The segments on disk, oldest first, with their lengths.
     pub fn segments(&self) -> impl Iterator<Item = (SegmentId, u64)> + '_ {
         self.segments.iter().map(|(&id, &len)| (id, len))
@@ -368,6 +398,26 @@ impl PendingSync {
             None => Ok(()),
         }
     }
+}
+
+/// Unlinks segment files in the order given (oldest first, from
+/// [`SegmentLog::detach_before`]), syncing the directory after each, so that even after a
+/// power loss the segments left are always a suffix of the log: an older segment never
+/// survives a newer one's deletion (its messages' settlements may have been in the newer one).
+/// A file already gone is not an error.
+///
+/// # Errors
+/// The first failed unlink or directory sync; the files after it are left in place.
+pub fn remove_segments(dir: &Path, paths: &[PathBuf]) -> io::Result<()> {
+    for path in paths {
+        match fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(at_path(e, "cannot delete segment", path)),
+        }
+        sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 fn segment_path(dir: &Path, id: SegmentId) -> PathBuf {
@@ -677,6 +727,29 @@ mod tests {
         drop(log);
         let (_, _, seen) = reopen(&tmp.0, segment_bytes);
         assert_eq!(seqs(&seen), vec![3, 4, 5]);
+    }
+
+    #[test]
+    fn a_detached_prefix_is_removed_oldest_first_and_the_rest_reopens() {
+        let tmp = TempDir::new("detach");
+        let mut one = Vec::new();
+        store_record(&mut one, 1, b"body 001");
+        let segment_bytes = one.len() as u64 * 2;
+        write_records(&tmp.0, segment_bytes, 7);
+        let (mut log, _, _) = reopen(&tmp.0, segment_bytes);
+        assert_eq!(log.active_segment(), SegmentId(4));
+        assert_eq!(log.disk_bytes(), 7 * one.len() as u64);
+        // Everything before the active segment is asked for: it is never among them.
+        let paths = log.detach_before(SegmentId(9));
+        assert_eq!(paths, vec![segment_path(&tmp.0, SegmentId(1)), segment_path(&tmp.0, SegmentId(2)), segment_path(&tmp.0, SegmentId(3))]);
+        assert_eq!(log.segments().map(|(id, _)| id).collect::<Vec<_>>(), vec![SegmentId(4)]);
+        assert_eq!(log.disk_bytes(), one.len() as u64);
+        remove_segments(&tmp.0, &paths).unwrap();
+        remove_segments(&tmp.0, &paths).unwrap(); // already gone: not an error
+        assert!(paths.iter().all(|p| !p.exists()));
+        drop(log);
+        let (_, _, seen) = reopen(&tmp.0, segment_bytes);
+        assert_eq!(seqs(&seen), vec![7]);
     }
 
     #[test]
