@@ -50,7 +50,7 @@ fn a_connect_trickled_byte_by_byte_is_cut_at_the_deadline() {
     c.send_raw(b"CONNECT\naccept-version:1.2\nx-pad:");
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let trickler = {
-        let (mut out, done) = (c.stream.try_clone().unwrap(), std::sync::Arc::clone(&done));
+        let (mut out, done) = (c.tcp_stream().try_clone().unwrap(), std::sync::Arc::clone(&done));
         std::thread::spawn(move || {
             use std::io::Write;
             while !done.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < Duration::from_secs(5) {

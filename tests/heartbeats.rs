@@ -126,6 +126,32 @@ fn client_heart_beat_slower_than_server_sets_the_cutoff() {
     assert_silent_close_at_twice(&server, "1.2", 400);
 }
 
+/// A browser tab in the background gets one timer a minute, so its heart-beats come late: a
+/// client that beats slower than the interval it promised, but within twice it, is never cut
+/// off; once it goes silent it is closed no sooner than 2× after its last beat. Scaled down
+/// (2 s promised, a beat every 3 s) so it runs in seconds; run over WebSocket in the WS pass
+/// (scripts/test), where those clients are.
+#[test]
+fn a_client_beating_late_but_within_twice_the_interval_is_kept_open() {
+    const PROMISED: Duration = Duration::from_millis(2000);
+    const EVERY: Duration = Duration::from_millis(3000);
+    let server = server();
+    let (mut c, f) = connect_hb(&server, "1.2", &format!("{},0", PROMISED.as_millis()));
+    assert_eq!(f.command, "CONNECTED", "{f:?}");
+    let mut last_beat = Instant::now();
+    for _ in 0..2 {
+        // Nothing arrives meanwhile (no server beats were asked for) and the connection stays.
+        c.no_frame(EVERY.saturating_sub(last_beat.elapsed()));
+        assert!(!c.saw_eof(), "closed {:?} after a beat, within 2 × {PROMISED:?}", last_beat.elapsed());
+        c.send_raw(b"\n");
+        last_beat = Instant::now();
+    }
+    assert!(c.closed(), "silent connection still open");
+    let silent = last_beat.elapsed();
+    assert!(silent >= 2 * PROMISED, "closed {silent:?} after the last beat, before 2 × {PROMISED:?}");
+    assert!(silent <= 2 * PROMISED + CLOSE_SLACK, "closed only {silent:?} after the last beat, past 2 × {PROMISED:?} + {CLOSE_SLACK:?}");
+}
+
 #[test]
 fn malformed_heart_beat_is_error_and_close() {
     let server = server();

@@ -1,5 +1,7 @@
 //! The basic round trip over real loopback sockets: CONNECT, SUBSCRIBE, SEND, MESSAGE, with
-//! exact bytes.
+//! exact bytes. Also the transport switch's own check: in the WebSocket pass
+//! (`STOMPGATE_TEST_TRANSPORT=ws`) the client really is a WebSocket and the frames came in
+//! WebSocket messages.
 use crate::common;
 use common::*;
 
@@ -24,5 +26,9 @@ fn connect_subscribe_send_receive_exact_bytes() {
     assert_eq!(m.header("subscription"), Some("s1"));
     assert_eq!(m.header("content-length"), Some("5"));
     assert_eq!(m.body, b"hello");
+    assert_eq!(c.is_websocket(), common::ws_client::ws_transport(), "the client speaks the transport the run asked for");
+    if c.is_websocket() {
+        assert_eq!(c.kinds, ["text", "text", "text"], "CONNECTED, RECEIPT and MESSAGE, each a text message");
+    }
     server.stop();
 }

@@ -1,16 +1,16 @@
 //! STOMP over WebSocket (issue 17) with a real WebSocket client (tungstenite, blocking): the
 //! handshake rules (path, Origin, plain HTTP, subprotocol choice, deadline), STOMP frames
 //! split over and joined in messages, text/binary message choice, size limits, ping/pong and
-//! the close handshake. Frames are parsed with the TCP client's parser
-//! (`common::stomp_client::parse_frame`) and built with `common::props::frame_bytes`.
+//! the close handshake. The client is the suite's own (`common::Client` over a WebSocket,
+//! `common::ws_client`); frames are built with `common::props::frame_bytes`.
 use crate::common;
 use common::props::frame_bytes;
-use common::{Frame, TestServer, WAIT};
+use common::ws_client::retrying;
+use common::{Client, TestServer, WAIT};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-use tungstenite::client::IntoClientRequest;
-use tungstenite::{Message, WebSocket};
+use tungstenite::Message;
 
 /// A gateway with its WebSocket listener on a free loopback port, after `tweak`.
 fn ws_server(tweak: impl FnOnce(&mut stompgate::config::Config)) -> (TestServer, SocketAddr) {
@@ -22,106 +22,23 @@ fn ws_server(tweak: impl FnOnce(&mut stompgate::config::Config)) -> (TestServer,
     (server, addr)
 }
 
-/// The client's socket, retrying reads and writes that a signal interrupted: glommio's
-/// executors signal their threads, and a blocking call in the test process may see EINTR.
-struct Tcp(TcpStream);
-
-fn retrying<T>(mut op: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
-    loop {
-        match op() {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            other => return other,
-        }
-    }
-}
-
-impl Read for Tcp {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        retrying(|| self.0.read(buf))
-    }
-}
-
-impl Write for Tcp {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        retrying(|| self.0.write(buf))
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        retrying(|| self.0.flush())
-    }
-}
-
-/// A STOMP client over a WebSocket: what its messages carry goes through the TCP client's
-/// frame parser; `kinds` records whether each data message was text or binary.
-struct WsClient {
-    ws: WebSocket<Tcp>,
-    buf: Vec<u8>,
-    heartbeats: usize,
-    kinds: Vec<&'static str>,
-}
-
 /// Opens a WebSocket to `addr` at `path`, offering `protocols`; the handshake's response too.
 fn open(
     addr: SocketAddr,
     path: &str,
     protocols: &[&str],
     origin: Option<&str>,
-) -> Result<(WsClient, tungstenite::handshake::client::Response), tungstenite::Error> {
-    let mut request = format!("ws://{addr}{path}").into_client_request()?;
-    if !protocols.is_empty() {
-        request.headers_mut().insert("Sec-WebSocket-Protocol", protocols.join(", ").parse().unwrap());
-    }
-    if let Some(origin) = origin {
-        request.headers_mut().insert("Origin", origin.parse().unwrap());
-    }
-    let tcp = TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(WAIT)).unwrap();
-    let (ws, response) = tungstenite::client(request, Tcp(tcp)).map_err(|e| match e {
-        tungstenite::HandshakeError::Failure(e) => e,
-        tungstenite::HandshakeError::Interrupted(_) => panic!("blocking handshake interrupted"),
-    })?;
-    Ok((WsClient { ws, buf: Vec::new(), heartbeats: 0, kinds: Vec::new() }, response))
+) -> Result<(Client, tungstenite::handshake::client::Response), tungstenite::Error> {
+    Client::websocket(addr, path, protocols, origin)
 }
 
-impl WsClient {
-    fn send(&mut self, command: &str, headers: &[(&str, &str)], body: &[u8]) {
-        self.ws.send(Message::binary(frame_bytes(command, headers, body))).expect("send");
-    }
-
-    fn connect(&mut self) -> Frame {
-        self.send("CONNECT", &[("accept-version", "1.2"), ("host", "localhost")], b"");
-        self.frame()
-    }
-
-    /// The next STOMP frame, reading messages as needed (fails the test after `WAIT`).
-    fn frame(&mut self) -> Frame {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(f) = common::stomp_client::parse_frame(&mut self.buf, &mut self.heartbeats) {
-                return f;
-            }
-            assert!(Instant::now() < deadline, "no frame within the wait; buffered {:?}", String::from_utf8_lossy(&self.buf));
-            match self.ws.read().expect("read a message") {
-                Message::Text(t) => {
-                    self.kinds.push("text");
-                    self.buf.extend_from_slice(t.as_bytes());
-                }
-                Message::Binary(b) => {
-                    self.kinds.push("binary");
-                    self.buf.extend_from_slice(&b);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Reads until the server closes the WebSocket; returns the close code it sent, if any.
-    fn close_code(&mut self) -> Option<tungstenite::protocol::frame::coding::CloseCode> {
-        loop {
-            match self.ws.read() {
-                Ok(Message::Close(frame)) => return frame.map(|f| f.code),
-                Ok(_) => {}
-                Err(e) => panic!("the WebSocket ended without a Close frame: {e}"),
-            }
+/// Reads until the server closes the WebSocket; returns the close code it sent, if any.
+fn close_code(c: &mut Client) -> Option<tungstenite::protocol::frame::coding::CloseCode> {
+    loop {
+        match c.ws().read() {
+            Ok(Message::Close(frame)) => return frame.map(|f| f.code),
+            Ok(_) => {}
+            Err(e) => panic!("the WebSocket ended without a Close frame: {e}"),
         }
     }
 }
@@ -173,7 +90,7 @@ fn a_client_offering_no_subprotocol_still_speaks_stomp() {
     let (_s, addr) = ws_server(|_| {});
     let (mut c, r) = open(addr, "/ws", &[], None).unwrap();
     assert!(r.headers().get("Sec-WebSocket-Protocol").is_none());
-    let f = c.connect();
+    let f = c.connect("1.2");
     assert_eq!(f.command, "CONNECTED", "{f:?}");
     assert_eq!(f.header("version"), Some("1.2"), "the version comes from CONNECT");
 }
@@ -190,7 +107,7 @@ fn a_configured_path_is_served_and_the_default_is_not() {
     let (_s, addr) = ws_server(|c| c.ws_path = "/stomp".into());
     assert_eq!(http_status(addr, &format!("GET /ws HTTP/1.1\r\n{UPGRADE}\r\n")), 404);
     let (mut c, _) = open(addr, "/stomp?x=1", &["v12.stomp"], None).unwrap();
-    assert_eq!(c.connect().command, "CONNECTED");
+    assert_eq!(c.connect("1.2").command, "CONNECTED");
 }
 
 #[test]
@@ -198,7 +115,7 @@ fn an_origin_not_allowed_gets_403_and_an_allowed_one_connects() {
     let (_s, addr) = ws_server(|c| c.ws_allowed_origins = vec!["https://app.example.com".into()]);
     assert_eq!(http_status(addr, &format!("GET /ws HTTP/1.1\r\n{UPGRADE}Origin: https://evil.example\r\n\r\n")), 403);
     let (mut c, _) = open(addr, "/ws", &["v12.stomp"], Some("https://app.example.com")).unwrap();
-    assert_eq!(c.connect().command, "CONNECTED");
+    assert_eq!(c.connect("1.2").command, "CONNECTED");
 }
 
 #[test]
@@ -228,11 +145,11 @@ fn events_reach_a_subscriber_over_websocket() {
     let (_s, addr) = ws_server(|_| {});
     let dest = format!("/topic/{}", common::unique("ws-ev"));
     let (mut sub, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    sub.connect();
+    sub.connect("1.2");
     sub.send("SUBSCRIBE", &[("id", "1"), ("destination", &dest), ("receipt", "r1")], b"");
     assert_eq!(sub.frame().command, "RECEIPT");
     let (mut publ, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    publ.connect();
+    publ.connect("1.2");
     publ.send("SEND", &[("destination", &dest), ("receipt", "s1")], b"hello over ws");
     assert_eq!(publ.frame().header("receipt-id"), Some("s1"));
     let m = sub.frame();
@@ -245,10 +162,10 @@ fn a_frame_split_over_several_messages_is_reassembled() {
     let (_s, addr) = ws_server(|_| {});
     let dest = format!("/queue/{}", common::unique("ws-split"));
     let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    c.connect();
+    c.connect("1.2");
     let frame = frame_bytes("SEND", &[("destination", &dest), ("receipt", "split")], b"in three pieces");
     for piece in [&frame[..5], &frame[5..20], &frame[20..]] {
-        c.ws.send(Message::binary(piece.to_vec())).unwrap();
+        c.ws().send(Message::binary(piece.to_vec())).unwrap();
     }
     assert_eq!(c.frame().header("receipt-id"), Some("split"));
     c.send("SUBSCRIBE", &[("id", "1"), ("destination", &dest)], b"");
@@ -264,7 +181,7 @@ fn several_frames_in_one_text_message_are_all_handled() {
     for i in 0..3 {
         joined.extend(frame_bytes("SEND", &[("destination", &dest), ("receipt", &format!("r{i}"))], format!("m{i}").as_bytes()));
     }
-    c.ws.send(Message::text(String::from_utf8(joined).unwrap())).unwrap();
+    c.ws().send(Message::text(String::from_utf8(joined).unwrap())).unwrap();
     assert_eq!(c.frame().command, "CONNECTED");
     for i in 0..3 {
         assert_eq!(c.frame().header("receipt-id"), Some(format!("r{i}").as_str()));
@@ -276,7 +193,7 @@ fn utf8_frames_go_out_as_text_and_binary_bodies_as_binary_messages() {
     let (_s, addr) = ws_server(|_| {});
     let dest = format!("/queue/{}", common::unique("ws-kinds"));
     let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    c.connect();
+    c.connect("1.2");
     let binary: Vec<u8> = vec![0xff, 0x00, 0xfe, 0x80];
     c.send("SEND", &[("destination", &dest), ("content-length", "4"), ("receipt", "b")], &binary);
     assert_eq!(c.frame().header("receipt-id"), Some("b"));
@@ -295,13 +212,13 @@ fn utf8_frames_go_out_as_text_and_binary_bodies_as_binary_messages() {
 fn a_message_over_the_size_limit_gets_frame_too_large() {
     let (_s, addr) = ws_server(|c| c.max_body_size = 1024);
     let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    c.connect();
+    c.connect("1.2");
     // Over --max-body-size plus the headers' allowance: refused by the WebSocket layer before
     // it is buffered, answered like a STOMP frame too large.
     let too_big = vec![b'x'; 1024 + stompgate::ws::HEADERS_ALLOWANCE + 1];
     // The gateway may refuse and close before the whole message is written: the write's own
     // outcome does not matter, the ERROR that was sent before the close does.
-    let _ = c.ws.send(Message::binary(too_big));
+    let _ = c.ws().send(Message::binary(too_big));
     let e = c.frame();
     assert_eq!(e.command, "ERROR", "{e:?}");
     assert_eq!(e.header("message"), Some("frame too large"));
@@ -311,7 +228,7 @@ fn a_message_over_the_size_limit_gets_frame_too_large() {
 fn a_body_over_the_limit_in_one_message_gets_frame_too_large() {
     let (_s, addr) = ws_server(|c| c.max_body_size = 1024);
     let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    c.connect();
+    c.connect("1.2");
     c.send("SEND", &[("destination", "/queue/x"), ("content-length", "2048")], &[b'y'; 2048]);
     let e = c.frame();
     assert_eq!(e.command, "ERROR", "{e:?}");
@@ -322,10 +239,10 @@ fn a_body_over_the_limit_in_one_message_gets_frame_too_large() {
 fn a_ping_is_answered_with_a_pong() {
     let (_s, addr) = ws_server(|_| {});
     let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    c.connect();
-    c.ws.send(Message::Ping(b"are you there".to_vec().into())).unwrap();
+    c.connect("1.2");
+    c.ws().send(Message::Ping(b"are you there".to_vec().into())).unwrap();
     loop {
-        match c.ws.read().expect("a pong") {
+        match c.ws().read().expect("a pong") {
             Message::Pong(p) => {
                 assert_eq!(&p[..], b"are you there");
                 break;
@@ -340,10 +257,10 @@ fn a_ping_is_answered_with_a_pong() {
 fn a_client_close_is_answered_with_a_close() {
     let (_s, addr) = ws_server(|_| {});
     let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    c.connect();
-    c.ws.close(None).unwrap();
+    c.connect("1.2");
+    c.ws().close(None).unwrap();
     loop {
-        match c.ws.read() {
+        match c.ws().read() {
             Ok(Message::Close(_)) | Err(tungstenite::Error::ConnectionClosed) => break,
             Ok(_) => {}
             Err(e) => panic!("no close reply: {e}"),
@@ -355,10 +272,10 @@ fn a_client_close_is_answered_with_a_close() {
 fn disconnect_with_receipt_ends_with_a_close_frame() {
     let (_s, addr) = ws_server(|_| {});
     let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    c.connect();
+    c.connect("1.2");
     c.send("DISCONNECT", &[("receipt", "bye")], b"");
     assert_eq!(c.frame().header("receipt-id"), Some("bye"));
-    assert_eq!(c.close_code(), Some(tungstenite::protocol::frame::coding::CloseCode::Normal));
+    assert_eq!(close_code(&mut c), Some(tungstenite::protocol::frame::coding::CloseCode::Normal));
 }
 
 #[test]
@@ -366,7 +283,7 @@ fn queue_messages_are_acked_over_websocket() {
     let (_s, addr) = ws_server(|_| {});
     let dest = format!("/queue/{}", common::unique("ws-ack"));
     let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
-    c.connect();
+    c.connect("1.2");
     c.send("SEND", &[("destination", &dest), ("receipt", "s")], b"work");
     assert_eq!(c.frame().header("receipt-id"), Some("s"));
     c.send("SUBSCRIBE", &[("id", "1"), ("destination", &dest), ("ack", "client-individual")], b"");

@@ -13,6 +13,7 @@ pub mod load;
 pub mod metrics;
 pub mod props;
 pub mod stomp_client;
+pub mod ws_client;
 
 pub use stomp_client::{Client, Frame, WAIT};
 
@@ -26,6 +27,10 @@ use stompgate::runtime::Server;
 /// (embedded array, KubeMQ gRPC API on an ephemeral port) as the array, and gateway B
 /// (`--array grpc://A`) in front of it. STOMP clients talk to B; [`TestServer::array`] is A's
 /// array, where native responders attach.
+///
+/// With `STOMPGATE_TEST_TRANSPORT=ws` the gateway the clients talk to also binds its WebSocket
+/// listener on 127.0.0.1:0 (unless `tweak` sets `ws_addr` itself), and [`Client::open`] on
+/// its address speaks STOMP over a WebSocket to it (see `ws_client`).
 pub struct TestServer {
     server: Option<Server>,
     pub addr: SocketAddr,
@@ -53,11 +58,12 @@ impl TestServer {
         let mut cfg = Config {
             stomp_addr: std::env::var("TEST_ADDR").unwrap_or("127.0.0.1:0".into()).parse().unwrap(),
             cpus: if online >= 2 { vec![0, 1] } else { vec![0, 0] },
+            ws_addr: ws_client::ws_transport().then(|| "127.0.0.1:0".parse().unwrap()),
             ..Config::default()
         };
         tweak(&mut cfg);
         let remote = if remote_array() {
-            let array_cfg = Config { stomp_addr: "127.0.0.1:0".parse().unwrap(), ..cfg.clone() };
+            let array_cfg = Config { stomp_addr: "127.0.0.1:0".parse().unwrap(), ws_addr: None, ..cfg.clone() };
             let array = Server::start(array_cfg).expect("array gateway starts");
             let grpc = stompgate::grpc::start("127.0.0.1:0".parse().unwrap(), 2, array.array()).expect("array gRPC starts");
             cfg.array = stompgate::config::ArrayMode::Remote(stompgate::config::RemoteArray {
@@ -72,6 +78,9 @@ impl TestServer {
         };
         let server = Server::start(cfg).expect("server starts");
         let addr = server.stomp_addr();
+        if let (true, Some(ws)) = (ws_client::ws_transport(), server.ws_addr()) {
+            ws_client::register(addr, ws);
+        }
         TestServer { server: Some(server), addr, remote }
     }
 
@@ -115,14 +124,13 @@ impl TestServer {
     /// outlives the gateways in front of it.
     pub fn stop_gateway(&mut self) {
         if let Some(s) = self.server.take() {
+            ws_client::forget(self.addr);
             s.shutdown();
         }
     }
 
     fn stop_all(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
+        self.stop_gateway();
         if let Some((array, grpc)) = self.remote.take() {
             grpc.shutdown();
             array.shutdown();

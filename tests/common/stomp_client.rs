@@ -1,9 +1,18 @@
 //! A blocking raw-frame STOMP client that sees the exact bytes the server writes, and the
-//! frames it parses from them.
+//! frames it parses from them: over TCP, or over a real WebSocket (`super::ws_client`; the
+//! transport switch `STOMPGATE_TEST_TRANSPORT=ws` picks it for every `Client::open`), with the
+//! same API either way so a test body does not know which it runs on.
+//!
+//! Over WebSocket: each `send_raw` is one binary message (so a test writing a frame in pieces
+//! sends it split over several messages); what text and binary messages carry is one byte
+//! stream for the parser; a Close frame, TCP EOF or a reset reads as EOF; `shutdown_write` sends
+//! a Close frame, WebSocket's way of saying "I send no more".
 
+use super::ws_client::{self, Tcp};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
+use tungstenite::{Message, WebSocket};
 
 /// A server frame as read off the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,24 +39,98 @@ impl Frame {
 }
 
 pub struct Client {
-    pub stream: TcpStream,
+    transport: Transport,
     buf: Vec<u8>,
     /// Heart-beat EOLs seen between frames.
     pub heartbeats: usize,
     eof: bool,
+    /// Over WebSocket: whether each data message read was "text" or "binary", in order.
+    pub kinds: Vec<&'static str>,
+}
+
+enum Transport {
+    Tcp(TcpStream),
+    Ws(Box<WebSocket<Tcp>>),
 }
 
 pub const WAIT: Duration = Duration::from_secs(5);
 
 impl Client {
+    /// A client of the gateway whose STOMP address is `addr`: over TCP, or in a WebSocket run
+    /// over a WebSocket to that gateway's `/ws` offering the STOMP subprotocols. A WebSocket
+    /// run panics for a gateway with no WebSocket listener recorded (see `ws_client`).
     pub fn open(addr: SocketAddr) -> Client {
+        if ws_client::ws_transport() {
+            let ws = ws_client::ws_addr_of(addr).unwrap_or_else(|| {
+                panic!(
+                    "STOMPGATE_TEST_TRANSPORT=ws: the gateway at {addr} has no WebSocket listener recorded \
+                     (not a TestServer): this test cannot run over WebSocket; skip it in scripts/test's WS pass"
+                )
+            });
+            return Client::websocket(ws, "/ws", ws_client::STOMP_SUBPROTOCOLS, None).expect("WebSocket handshake").0;
+        }
+        Client::tcp(addr)
+    }
+
+    /// A client over TCP, whatever the transport switch says.
+    pub fn tcp(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
         stream.set_nodelay(true).unwrap();
-        Client { stream, buf: Vec::new(), heartbeats: 0, eof: false }
+        Client::over(Transport::Tcp(stream))
+    }
+
+    /// A client over a WebSocket to `addr` at `path`, offering `protocols` (and `origin`);
+    /// with the handshake's response.
+    pub fn websocket(
+        addr: SocketAddr,
+        path: &str,
+        protocols: &[&str],
+        origin: Option<&str>,
+    ) -> Result<(Client, tungstenite::handshake::client::Response), tungstenite::Error> {
+        let (ws, response) = ws_client::handshake(addr, path, protocols, origin)?;
+        Ok((Client::over(Transport::Ws(Box::new(ws))), response))
+    }
+
+    fn over(transport: Transport) -> Client {
+        Client { transport, buf: Vec::new(), heartbeats: 0, eof: false, kinds: Vec::new() }
+    }
+
+    /// The TCP socket under the transport (over WebSocket, writing to it bypasses the framing).
+    pub fn tcp_stream(&self) -> &TcpStream {
+        match &self.transport {
+            Transport::Tcp(s) => s,
+            Transport::Ws(ws) => &ws.get_ref().0,
+        }
+    }
+
+    /// Our end's address, as the gateway sees the peer.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.tcp_stream().local_addr().unwrap()
+    }
+
+    /// Whether this client speaks STOMP over a WebSocket.
+    pub fn is_websocket(&self) -> bool {
+        matches!(self.transport, Transport::Ws(_))
+    }
+
+    /// The WebSocket, for tests of WebSocket itself (panics over TCP).
+    pub fn ws(&mut self) -> &mut WebSocket<Tcp> {
+        match &mut self.transport {
+            Transport::Ws(ws) => ws,
+            Transport::Tcp(_) => panic!("not a WebSocket client"),
+        }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("write");
+        self.write(bytes).expect("write");
+    }
+
+    /// Over WebSocket: one binary message per call.
+    fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
+        match &mut self.transport {
+            Transport::Tcp(s) => s.write_all(bytes).map_err(|e| e.to_string()),
+            Transport::Ws(ws) => ws.send(Message::binary(bytes.to_vec())).map_err(|e| e.to_string()),
+        }
     }
 
     /// Sends a frame built from parts (headers written as given, no escaping).
@@ -82,17 +165,45 @@ impl Client {
             if now >= deadline {
                 return None;
             }
-            self.stream.set_read_timeout(Some(deadline - now)).unwrap();
-            let mut chunk = [0u8; 65536];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                // glommio's executors signal their threads; a blocking read here may see EINTR.
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return None,
-                Err(_) => self.eof = true,
+            self.tcp_stream().set_read_timeout(Some(deadline - now)).unwrap();
+            if !self.read_some() {
+                return None;
             }
         }
+    }
+
+    /// Reads what arrives into the buffer (or notes EOF); false when the read timed out.
+    fn read_some(&mut self) -> bool {
+        let timed_out = |e: &std::io::Error| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
+        match &mut self.transport {
+            Transport::Tcp(stream) => {
+                let mut chunk = [0u8; 65536];
+                match stream.read(&mut chunk) {
+                    Ok(0) => self.eof = true,
+                    Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                    // glommio's executors signal their threads; a blocking read here may see EINTR.
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if timed_out(&e) => return false,
+                    Err(_) => self.eof = true,
+                }
+            }
+            // tungstenite keeps a partly read message across a timed-out read.
+            Transport::Ws(ws) => match ws.read() {
+                Ok(Message::Text(t)) => {
+                    self.kinds.push("text");
+                    self.buf.extend_from_slice(t.as_bytes());
+                }
+                Ok(Message::Binary(b)) => {
+                    self.kinds.push("binary");
+                    self.buf.extend_from_slice(&b);
+                }
+                Ok(Message::Close(_)) => self.eof = true,
+                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => {}
+                Err(tungstenite::Error::Io(e)) if timed_out(&e) => return false,
+                Err(_) => self.eof = true,
+            },
+        }
+        true
     }
 
     /// Asserts that no frame arrives within `wait`.
@@ -137,8 +248,8 @@ impl Client {
 }
 
 /// Takes the first complete server frame off `buf`, counting the heart-beat EOLs before it;
-/// None while it is incomplete. Shared by the TCP client and the WebSocket one
-/// (tests/websocket.rs), which feeds it the bytes of its messages.
+/// None while it is incomplete. Over WebSocket it is fed the bytes of the
+/// messages.
 pub fn parse_frame(buf: &mut Vec<u8>, heartbeats: &mut usize) -> Option<Frame> {
     // Heart-beats between frames.
     while let Some(&b) = buf.first() {
@@ -191,11 +302,20 @@ impl Client {
 
     /// Writes bytes, ignoring errors (the server may already have closed and reset).
     pub fn send_raw_lossy(&mut self, bytes: &[u8]) {
-        let _ = self.stream.write_all(bytes);
+        let _ = self.write(bytes);
     }
 
-    /// Half-closes our side: the server reads EOF.
+    /// Half-closes our side: the server reads EOF. Over WebSocket a Close frame (the server
+    /// answers with its own and closes; nothing can follow it in either direction).
     pub fn shutdown_write(&mut self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        match &mut self.transport {
+            Transport::Tcp(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+            Transport::Ws(ws) => {
+                let _ = ws.close(None);
+                let _ = ws.flush();
+            }
+        }
     }
 }
