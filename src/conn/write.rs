@@ -37,9 +37,9 @@ pub struct Stamp {
 pub struct WriteQueue {
     pub buf: BytesMut,
     pub sent: Vec<Sent>,
-    /// One per Events / Events-Store / queue MESSAGE in `buf` that has a timestamp. Bounded as
-    /// `sent` is (by the frames one write carries), and its capacity is kept between writes,
-    /// so pushing to it does not allocate in steady state.
+    /// One per Events / Events-Store / queue MESSAGE in `buf` that has a timestamp, so bounded
+    /// as `buf` is (16 bytes per frame queued); its capacity is kept between writes, so pushing
+    /// to it does not allocate in steady state.
     pub stamps: Vec<Stamp>,
     /// Bytes of the batch the writer took that have not reached the socket yet.
     pub in_flight: usize,
