@@ -8,6 +8,7 @@
 //! is far from the per-message path. Without `--metrics-addr` no recorder is installed and
 //! every handle below is a no-op.
 pub mod http;
+pub mod latency;
 pub mod views;
 
 use metrics::{counter, gauge, Counter, Gauge};
@@ -31,6 +32,7 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
     listener.set_nonblocking(true).map_err(|e| fail(&e))?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| fail(&e))?;
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().map_err(|e| fail(&e))?;
+    latency::installed();
     std::thread::Builder::new().name("stompgate-metrics".into()).spawn(move || runtime.block_on(http::serve(listener, handle))).map_err(|e| fail(&e))?;
     Ok(())
 }
@@ -48,6 +50,8 @@ pub struct CoreMetrics {
     pub queue_sends_refused: Counter,
     pub tls_handshakes_failed: Counter,
     pub queue_depths: QueueDepths,
+    /// `stompgate_delivery_latency_seconds`: the core's histogram as the listener sees it.
+    pub delivery_latency: latency::Publisher,
 }
 
 impl CoreMetrics {
@@ -64,6 +68,7 @@ impl CoreMetrics {
             queue_sends_refused: counter!("stompgate_queue_sends_refused_total", "core" => core.clone()),
             tls_handshakes_failed: counter!("stompgate_tls_handshakes_failed_total", "core" => core),
             queue_depths: QueueDepths::new(id),
+            delivery_latency: latency::Publisher::new(id),
         }
     }
 }

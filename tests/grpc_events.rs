@@ -125,7 +125,7 @@ fn a_stomp_send_reaches_a_grpc_subscriber_with_its_headers_as_tags_and_exact_bod
         let e = next(&mut sub).await;
         assert!(!e.event_id.is_empty(), "{e:?}");
         assert_eq!((e.channel.as_str(), e.metadata.as_str(), e.body.as_slice(), e.timestamp, e.sequence), (channel.as_str(), "", &body[..], 0, 0), "{e:?}");
-        assert_eq!(e.tags, tags(&[("stomp.content-type", "text/plain"), ("stomp.correlation-id", "c9"), ("x-trace", "abc")]));
+        assert_eq!(map_of(&e.tags), tag_map(&[("stomp.content-type", "text/plain"), ("stomp.correlation-id", "c9"), ("x-trace", "abc")]));
         quiet(&mut sub).await;
     });
 }

@@ -483,7 +483,7 @@ fn requests_with_unknown_fields_are_served_as_if_the_fields_were_absent() {
             metadata: "m".into(),
             body: b"payload".to_vec(),
             store: false,
-            tags: tags(&[("k", "v")]),
+            tags: tag_map(&[("k", "v")]),
             x_varint: u64::MAX,
             x_text: "ignore me".into(),
             x_fixed64: 7,
@@ -569,7 +569,7 @@ fn requests_with_unknown_fields_are_served_as_if_the_fields_were_absent() {
             channel: "kubemq.cluster.internal.requests".into(),
             metadata: "list-channels".into(),
             timeout: 5000,
-            tags: tags(&[("channel_type", "events"), ("channel_search", &ch)]),
+            tags: tag_map(&[("channel_type", "events"), ("channel_search", &ch)]),
             x_signed: -12345,
         };
         let r: pb::Response = raw_unary(&raw, "SendRequest", list).await;

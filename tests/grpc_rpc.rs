@@ -261,7 +261,7 @@ fn a_stomp_requester_gets_the_grpc_responders_answer() {
         assert!(!got.request_id.is_empty() && !got.reply_channel.is_empty() && !got.client_id.is_empty(), "{got:?}");
         // Seed 000: standard headers become `stomp.*` tags, custom ones pass as-is, machinery
         // (destination, timeout, content-length) never.
-        assert_eq!(got.tags, tags(&[("stomp.correlation-id", "c1"), ("stomp.reply-to", "/reply/r1"), ("x-trace", "abc")]), "{got:?}");
+        assert_eq!(map_of(&got.tags), tag_map(&[("stomp.correlation-id", "c1"), ("stomp.reply-to", "/reply/r1"), ("x-trace", "abc")]), "{got:?}");
         respond(&mut c, pb::Response { tags: tags(&[("k", "v")]), ..answer(&got, true, "", b"done") }).await;
         let m = stomp.read_messages(1).remove(0);
         assert_eq!(m.header("destination"), Some("/reply/r1"));
@@ -498,7 +498,7 @@ fn a_stomp_query_with_cache_headers_sees_the_cache_hit_header() {
         send(&mut stomp, "c1", "user-7");
         let got = next(&mut queries).await;
         assert_eq!((got.cache_key.as_str(), got.cache_ttl), ("user-7", 60), "{got:?}");
-        assert!(!got.tags.keys().any(|k| k.starts_with("x-kubemq-")), "the cache headers are not tags: {got:?}");
+        assert!(!map_of(&got.tags).keys().any(|k| k.starts_with("x-kubemq-")), "the cache headers are not tags: {got:?}");
         respond(&mut c, answer(&got, true, "", b"seven")).await;
         let m = stomp.read_messages(1).remove(0);
         assert_eq!((m.header("correlation-id"), m.header("x-kubemq-cache-hit"), m.body.as_slice()), (Some("c1"), None, &b"seven"[..]));

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use md5::{Digest, Md5};
 use proptest::prelude::*;
 use prost::Message as _;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use stompgate::mesh::msg::{Pulled, RpcOutcome};
 use stompgate::model::Channel;
@@ -38,8 +38,11 @@ fn kubemq_verdict(name: &str, wildcards: bool) -> Option<u16> {
     }
 }
 
-fn tags_map() -> impl Strategy<Value = HashMap<String, String>> {
-    prop::collection::hash_map("\\PC{0,8}", "\\PC{0,12}", 0..8)
+/// Distinct keys as wire entries (in key order: the order the gateway writes them back in).
+/// Empty keys and values are common, so the explicit-presence encoding is exercised too.
+fn tags_map() -> impl Strategy<Value = Vec<pb::TagsEntry>> {
+    prop::collection::btree_map("\\PC{0,8}", "\\PC{0,12}", 0..8)
+        .prop_map(|m: BTreeMap<String, String>| m.into_iter().map(|(k, v)| convert::entry(k, v)).collect())
 }
 
 fn text() -> impl Strategy<Value = String> {
@@ -135,11 +138,15 @@ proptest! {
     }
 
     #[test]
-    fn tag_maps_round_trip_sorted(tags in tags_map()) {
-        let t = convert::tags_from_map(tags.clone());
+    fn tag_maps_round_trip_sorted(tags in tags_map(), reversed in any::<bool>()) {
+        let mut sent = tags.clone();
+        if reversed {
+            sent.reverse();
+        }
+        let t = convert::tags_from_entries(sent);
         prop_assert_eq!(t.len(), tags.len());
         prop_assert!(t.0.windows(2).all(|w| w[0].0 < w[1].0));
-        prop_assert_eq!(convert::tags_to_map(&t), tags);
+        prop_assert_eq!(convert::tags_to_entries(&t), tags);
     }
 
     #[test]
@@ -156,7 +163,7 @@ proptest! {
         prop_assert_eq!(&err[..], error.as_bytes());
         prop_assert_eq!(&m[..], metadata.as_bytes());
         prop_assert_eq!(&b[..], &body[..]);
-        prop_assert_eq!(convert::tags_to_map(&t), tags);
+        prop_assert_eq!(convert::tags_to_entries(&t), tags);
         prop_assert_eq!(&responder[..], client.as_bytes());
         prop_assert_eq!(timestamp_ns, ts);
         prop_assert_eq!(&sp[..], &span[..]);

@@ -12,6 +12,7 @@ mod codec_props;
 mod completion_cores;
 mod config_values_props;
 mod cross_core;
+mod delivery_latency_histogram;
 mod destinations;
 mod error_hints;
 mod events;

@@ -11,6 +11,13 @@ use stompgate::mesh::msg::{Pulled, RpcOutcome};
 use stompgate::wire::convert::{self, Incoming};
 use stompgate::{grpc::validate, wire::pb};
 
+/// What the gateway sent back carries the same tags as `sent` under map semantics (an absent key
+/// or value is "", the last duplicate wins), with every entry's key and value written.
+fn assert_same_tags(out: &[pb::TagsEntry], sent: &[pb::TagsEntry]) {
+    assert!(out.iter().all(|e| e.key.is_some() && e.value.is_some()), "an entry without its key or value: {out:?}");
+    assert_eq!(convert::tags_from_entries(out.to_vec()), convert::tags_from_entries(sent.to_vec()));
+}
+
 fn event(bytes: &[u8]) {
     let Ok(ev) = pb::Event::decode(bytes) else { return };
     if validate::client_id(&ev.client_id).and(validate::channel(&ev.channel)).is_err() {
@@ -23,7 +30,7 @@ fn event(bytes: &[u8]) {
     assert_eq!(out.channel, sent.channel);
     assert_eq!(out.metadata, sent.metadata);
     assert_eq!(out.body, sent.body);
-    assert_eq!(out.tags, sent.tags);
+    assert_same_tags(&out.tags, &sent.tags);
     assert!(!out.event_id.is_empty());
 }
 
@@ -57,7 +64,7 @@ fn queue_message(m: pb::QueueMessage) {
     assert_eq!(out.client_id, sent.client_id);
     assert_eq!(out.metadata, sent.metadata);
     assert_eq!(out.body, sent.body);
-    assert_eq!(out.tags, sent.tags);
+    assert_same_tags(&out.tags, &sent.tags);
 }
 
 fn request(bytes: &[u8]) {
@@ -78,7 +85,7 @@ fn response(bytes: &[u8]) {
     assert_eq!(&error[..], sent.error.as_bytes());
     assert_eq!(&metadata[..], sent.metadata.as_bytes());
     assert_eq!(&body[..], &sent.body[..]);
-    assert_eq!(convert::tags_to_map(&tags), sent.tags);
+    assert_eq!(tags, convert::tags_from_entries(sent.tags));
 }
 
 fn pull(bytes: &[u8]) {

@@ -1,7 +1,7 @@
 //! Deliveries into a connection's write queue: Events / Events-Store messages under the
 //! slow-subscriber policy ([`crate::delivery`]), queue messages, RPC replies. Every MESSAGE is
 //! built by the one builder, `stomp::server::write_message`.
-use super::write::{Sent, WriteQueue};
+use super::write::{Sent, Stamp, WriteQueue};
 use super::Conn;
 use crate::delivery::park_limit;
 use crate::engine::endpoint::Delivery;
@@ -93,7 +93,17 @@ fn write_event(core: &Core, wq: &mut WriteQueue, version: Version, sub: &mut Sub
     count_dropped_headers(core, dropped);
     sub.queued += 1;
     wq.sent.push(Sent::Event(n));
+    stamp(wq, pattern, msg);
     Metrics::add(&core.metrics.messages_delivered, 1);
+}
+
+/// Notes `msg`'s acceptance time for the delivery-latency histogram, recorded when the write
+/// that carries it completes. A message without one (plain events from a remote array: KubeMQ
+/// sends no timestamp for them) is not timed.
+fn stamp(wq: &mut WriteQueue, pattern: Pattern, msg: &Message) {
+    if msg.timestamp_ns > 0 {
+        wq.stamps.push(Stamp { pattern, accepted_ns: msg.timestamp_ns });
+    }
 }
 
 /// Moves parked deliveries into the write queue while their subscription has room, and drops
@@ -150,6 +160,7 @@ pub fn queue(conn: &Conn, core: &Core, msg: &Arc<Message>, n: SubNo, owner: Core
         // stomp-decisions.md: auto acknowledges once written.
         wq.sent.push(Sent::AutoAck { sub: n, tag });
     }
+    stamp(&mut wq, Pattern::Queues, msg);
     Metrics::add(&core.metrics.messages_delivered, 1);
     drop(wq);
     conn.write_ready.set();

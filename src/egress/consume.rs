@@ -14,7 +14,7 @@ use super::Worker;
 use crate::mesh::msg::{CoreMsg, Settle, SubRef};
 use crate::model::{Channel, Message};
 use crate::telemetry::Counted;
-use crate::wire::convert::{bytes_of, channel_of, tags_from_map};
+use crate::wire::convert::{bytes_of, channel_of, tags_from_entries};
 use crate::wire::pb;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
@@ -86,7 +86,7 @@ fn message_of(m: pb::QueueMessage) -> (Arc<Message>, u64, i32) {
         client_id: bytes_of(m.client_id),
         metadata: bytes_of(m.metadata),
         body: Bytes::from(m.body),
-        tags: tags_from_map(m.tags),
+        tags: tags_from_entries(m.tags),
         timestamp_ns: attrs.timestamp,
         sequence: 0,
     };

@@ -21,7 +21,7 @@ use super::{Worker, GIVE_UP};
 use crate::mesh::msg::Ticket;
 use crate::model::{Channel, Message, Pattern};
 use crate::telemetry::{Counted, GaugePart, Stream as StreamKind};
-use crate::wire::convert::{string_of, tags_to_map};
+use crate::wire::convert::{string_of, tags_to_entries};
 use crate::wire::pb;
 use futures_lite::Stream;
 use std::cell::{Cell, RefCell};
@@ -155,7 +155,7 @@ fn event_of(w: &Worker, item: &Item) -> pb::Event {
         metadata: string_of(&msg.metadata),
         body: msg.body.to_vec(),
         store: item.store,
-        tags: tags_to_map(&msg.tags),
+        tags: tags_to_entries(&msg.tags),
     }
 }
 
@@ -357,7 +357,7 @@ fn upstream_of(w: &Worker, request_id: &str, item: &Item) -> pb::QueuesUpstreamR
         channel: msg.channel.to_string(),
         metadata: string_of(&msg.metadata),
         body: msg.body.to_vec(),
-        tags: tags_to_map(&msg.tags),
+        tags: tags_to_entries(&msg.tags),
         ..Default::default()
     };
     pb::QueuesUpstreamRequest { request_id: request_id.to_string(), messages: vec![message] }

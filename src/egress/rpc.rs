@@ -3,7 +3,7 @@
 use super::Worker;
 use crate::mesh::msg::{CoreMsg, RpcOutcome, RpcRequest};
 use crate::model::Pattern;
-use crate::wire::convert::{string_of, tags_to_map};
+use crate::wire::convert::{string_of, tags_to_entries};
 use crate::wire::pb;
 use std::rc::Rc;
 use std::time::Duration;
@@ -23,7 +23,7 @@ pub fn request(w: Rc<Worker>, req: RpcRequest) {
             metadata: string_of(&msg.metadata),
             body: msg.body.to_vec(),
             timeout: req.timeout_ms.clamp(1, i32::MAX as u64) as i32,
-            tags: tags_to_map(&msg.tags),
+            tags: tags_to_entries(&msg.tags),
             // The array caches the query's answer and marks a hit in `CacheHit`.
             cache_key: req.cache.as_ref().map(|c| string_of(&c.key)).unwrap_or_default(),
             cache_ttl: req.cache.as_ref().map_or(0, |c| c.ttl_s.min(i32::MAX as u32) as i32),

@@ -14,7 +14,7 @@ use crate::mesh::confirm::Confirmation;
 use crate::mesh::msg::{CoreMsg, StartAt, SubRef, Ticket};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::telemetry::Counted;
-use crate::wire::convert::{bytes_of, channel_of, tags_from_map};
+use crate::wire::convert::{bytes_of, channel_of, tags_from_entries};
 use crate::wire::pb;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
@@ -141,7 +141,7 @@ fn message_of(ev: pb::EventReceive) -> Arc<Message> {
         client_id: Bytes::new(),
         metadata: bytes_of(ev.metadata),
         body: Bytes::from(ev.body),
-        tags: tags_from_map(ev.tags),
+        tags: tags_from_entries(ev.tags),
         timestamp_ns: ev.timestamp,
         sequence: ev.sequence,
     })

@@ -42,6 +42,9 @@ pub struct Metrics {
     pub headers_dropped: Cell<u64>,
     /// TLS handshakes that failed or missed their deadline (each closed that connection only).
     pub tls_handshakes_failed: Cell<u64>,
+    /// Time from the array accepting a message to its MESSAGE reaching a subscriber's socket
+    /// on this core (`conn/write.rs` records it once per write).
+    pub delivery_latency: crate::telemetry::latency::Histogram,
 }
 
 impl Metrics {

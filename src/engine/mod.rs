@@ -353,6 +353,7 @@ impl Core {
             t.queue_depths.publish(stats.iter().map(|c| (&c.name, c.waiting)));
         }
         t.tls_handshakes_failed.absolute(m.tls_handshakes_failed.get());
+        t.delivery_latency.publish(&m.delivery_latency);
     }
 
     /// A parked delivery that carried `ticket` was written or dropped: the publisher's core

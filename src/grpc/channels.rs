@@ -44,7 +44,7 @@ fn answer(r: &pb::Request, executed: bool, error: String, body: Vec<u8>) -> pb::
 }
 
 pub async fn handle(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status> {
-    let tag = |k: &str| r.tags.get(k).cloned().unwrap_or_default();
+    let tag = |k: &str| crate::wire::convert::entry_value(&r.tags, k).unwrap_or_default().to_string();
     let channel_type = tag("channel_type");
     let Some(pattern) = pattern_of(&channel_type) else {
         return Ok(answer(&r, false, format!("invalid channel type {channel_type:?}"), Vec::new()));

@@ -362,7 +362,7 @@ impl Downstream {
             is_error: false,
             error: String::new(),
             transaction_complete: complete,
-            metadata: HashMap::new(),
+            metadata: Vec::new(),
         })
     }
 

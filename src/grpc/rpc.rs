@@ -12,7 +12,7 @@ use super::stream::MailboxStream;
 use super::{pb, validate, BoxStream};
 use crate::mesh::msg::{CacheSpec, CoreId, CoreMsg, ExternalSink, Mailbox, RpcOutcome, RpcRequest, SubNo, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
-use crate::wire::convert::{self, bytes_of, string_of, tags_from_map, tags_to_map};
+use crate::wire::convert::{self, bytes_of, string_of, tags_from_entries, tags_to_entries};
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,7 +56,7 @@ fn request_for_responder(owner: CoreId, req: &RpcRequest) -> pb::Request {
         body: msg.body.to_vec(),
         reply_channel: reply_channel(owner, &req.request_id),
         timeout: req.timeout_ms.min(i32::MAX as u64) as i32,
-        tags: tags_to_map(&msg.tags),
+        tags: tags_to_entries(&msg.tags),
         span: req.span.to_vec(),
         cache_key: req.cache.as_ref().map(|c| string_of(&c.key)).unwrap_or_default(),
         cache_ttl: req.cache.as_ref().map_or(0, |c| c.ttl_s.min(i32::MAX as u32) as i32),
@@ -148,7 +148,7 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
         client_id: bytes_of(r.client_id),
         metadata: bytes_of(r.metadata),
         body: Bytes::from(r.body),
-        tags: tags_from_map(r.tags),
+        tags: tags_from_entries(r.tags),
         timestamp_ns: now_unix_ns(),
         sequence: 0,
     });
@@ -195,7 +195,7 @@ pub async fn request(b: &Bridge, r: pb::Request) -> Result<pb::Response, Status>
                 executed,
                 error: string_of(&error),
                 span: span.to_vec(),
-                tags: tags_to_map(&tags),
+                tags: tags_to_entries(&tags),
             })
         }
         RpcOutcome::Timeout => Err(Status::deadline_exceeded("Error 301: timeout for request message")),

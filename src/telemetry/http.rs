@@ -77,7 +77,9 @@ pub(super) async fn serve(listener: std::net::TcpListener, handle: PrometheusHan
 async fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
     let (status, body) = match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
-            let mut ok = Response::new(Full::new(Bytes::from(handle.render())));
+            let mut text = handle.render();
+            super::latency::render(&mut text);
+            let mut ok = Response::new(Full::new(Bytes::from(text)));
             ok.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
             return ok;
         }

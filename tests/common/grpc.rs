@@ -153,7 +153,27 @@ pub fn rid(prefix: &str) -> String {
     format!("{prefix}-{}", N.fetch_add(1, Ordering::Relaxed))
 }
 
-pub fn tags(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+/// Wire map entries (key and value both set, as stompgate writes them), in the given order:
+/// what a message from the gateway carries when `pairs` is sorted by key.
+pub fn tags(pairs: &[(&str, &str)]) -> Vec<pb::TagsEntry> {
+    pairs.iter().map(|(k, v)| stompgate::wire::convert::entry(k.to_string(), v.to_string())).collect()
+}
+
+/// A gateway message's tag entries as a map, for order-free comparisons (STOMP-origin tags keep
+/// their header order). Panics on an entry without its key or value field: stompgate writes both.
+pub fn map_of(entries: &[pb::TagsEntry]) -> HashMap<String, String> {
+    entries
+        .iter()
+        .map(|e| match (&e.key, &e.value) {
+            (Some(k), Some(v)) => (k.clone(), v.clone()),
+            _ => panic!("a tag entry without its key or value field: {e:?}"),
+        })
+        .collect()
+}
+
+/// The same pairs as a generated `map<string, string>` field holds them (clients whose schema
+/// has the map: the hand-written superset messages of `grpc_robustness`).
+pub fn tag_map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
