@@ -17,6 +17,20 @@ pub enum Pattern {
 }
 
 impl Pattern {
+    /// A pattern as KubeMQ's AMQP DefaultPattern setting names it (connector-extra.md §3.1):
+    /// `queues`, `events`, `events-store`, `commands`, `queries`; not STOMP's DefaultPattern
+    /// values (events, queues, store, none, `route::DefaultPattern`).
+    pub fn from_amqp_setting(s: &str) -> Option<Pattern> {
+        match s.trim() {
+            "queues" => Some(Pattern::Queues),
+            "events" => Some(Pattern::Events),
+            "events-store" => Some(Pattern::EventsStore),
+            "commands" => Some(Pattern::Commands),
+            "queries" => Some(Pattern::Queries),
+            _ => None,
+        }
+    }
+
     /// The primary (canonical) destination prefix, without slashes: egress always uses it.
     pub fn primary_prefix(self) -> &'static str {
         match self {

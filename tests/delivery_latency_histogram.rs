@@ -10,11 +10,10 @@
 use crate::common;
 use common::child::Gateway;
 use common::flow::*;
-use common::metrics::free_port;
+use common::metrics::{free_port, scrape_at as scrape};
 use common::stomp_client::Client;
 use common::{remote_array, unique};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -26,16 +25,6 @@ struct Hist {
     buckets: BTreeMap<String, Vec<f64>>,
     count: f64,
     sum: f64,
-}
-
-fn scrape(addr: SocketAddr) -> String {
-    let mut s = TcpStream::connect(addr).expect("metrics endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("metrics response");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text
 }
 
 fn label<'a>(labels: &'a str, name: &str) -> &'a str {

@@ -21,8 +21,8 @@
 //! `:` are refused; the channel is capped at 255 bytes; the channel is the text after the prefix
 //! as is (no `/` → `.` rewriting, so `queues/a/b` is channel `a/b`); and the DefaultPattern
 //! values are KubeMQ's AMQP set (queues, events, events-store, commands, queries; default
-//! queues, §3.1), not STOMP's (events, queues, store, none), so [`parse_default_pattern`] is
-//! separate from `config::parse_default_pattern`.
+//! queues, §3.1), not STOMP's (events, queues, store, none): `Pattern::from_amqp_setting`,
+//! which config uses to refuse anything else at start-up.
 //!
 //! Open points, decided here and not by the seed: its grammar says `channel = 1*255 VCHAR`,
 //! but its validation table (which the code follows) refuses only the six listed faults, so
@@ -254,20 +254,6 @@ pub fn check_amqp_channel(name: &str) -> Result<(), ChannelFault> {
         return Err(ChannelFault::Separator);
     }
     Ok(())
-}
-
-/// The AMQP DefaultPattern setting's values (connector-extra.md §3.1): `queues`, `events`,
-/// `events-store`, `commands`, `queries`. Config should refuse anything else at start-up;
-/// [`judge_attach`] still degrades a non-AMQP pattern to queues (seed 002, *Bare address*).
-pub fn parse_default_pattern(s: &str) -> Option<Pattern> {
-    match s.trim() {
-        "queues" => Some(Pattern::Queues),
-        "events" => Some(Pattern::Events),
-        "events-store" => Some(Pattern::EventsStore),
-        "commands" => Some(Pattern::Commands),
-        "queries" => Some(Pattern::Queries),
-        _ => None,
-    }
 }
 
 /// The authorization resource a pattern is checked against (seed 002, *Server role and

@@ -12,7 +12,7 @@ pub mod mapping;
 pub mod serve;
 
 pub use address::{
-    authz_resource, check_amqp_channel, judge_attach, parse_default_pattern, route_to, AddressError, Attach, ChannelFault, DynamicAddress, LinkPlan, Node,
-    NodeHint, PeerRole, Permission, ServerRole, DYNAMIC_PREFIX, MAX_CHANNEL_LEN,
+    authz_resource, check_amqp_channel, judge_attach, route_to, AddressError, Attach, ChannelFault, DynamicAddress, LinkPlan, Node, NodeHint, PeerRole,
+    Permission, ServerRole, DYNAMIC_PREFIX, MAX_CHANNEL_LEN,
 };
 pub use error::AmqpError;

@@ -3,7 +3,7 @@
 //! file and token, the STOMP address with its env port).
 use super::flags::Cli;
 use super::sources::{env, File, Source, Sources};
-use super::values::{invalid, parse_addr, parse_amqp_pattern, parse_bool, parse_default_pattern, parse_port, parse_uint, text};
+use super::values::{invalid, parse_addr, parse_bool, parse_default_pattern, parse_port, parse_uint, text};
 use super::{ArrayMode, Config, RemoteArray, ServerTls, StompTls, StoreConfig, StoreSync};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -66,7 +66,8 @@ impl Config {
             None => d.amqp_default_pattern,
             Some((raw, source)) => {
                 let s = text(&raw, source)?;
-                parse_amqp_pattern(s).ok_or_else(|| invalid(source, format!("{s:?} is not one of queues, events, events-store, commands, queries")))?
+                crate::model::Pattern::from_amqp_setting(s)
+                    .ok_or_else(|| invalid(source, format!("{s:?} is not one of queues, events, events-store, commands, queries")))?
             }
         };
         let cpus = Self::resolve_cpus(&src, online)?;

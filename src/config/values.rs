@@ -49,19 +49,6 @@ pub(super) fn parse_addr(s: &str, source: Source<'_>) -> Result<SocketAddr, Stri
 
 /// `events` | `queues` | `store` | `none` (exact, lower case). Kept here because
 /// `DefaultPattern` lives in the router, which has no business knowing about configuration.
-/// An AMQP DefaultPattern as KubeMQ names it (§3.1).
-pub fn parse_amqp_pattern(s: &str) -> Option<crate::model::Pattern> {
-    use crate::model::Pattern;
-    match s.trim() {
-        "queues" => Some(Pattern::Queues),
-        "events" => Some(Pattern::Events),
-        "events-store" => Some(Pattern::EventsStore),
-        "commands" => Some(Pattern::Commands),
-        "queries" => Some(Pattern::Queries),
-        _ => None,
-    }
-}
-
 /// `true`/`false` (also 1/0, yes/no, as an env var may say), or a TOML boolean.
 pub(super) fn parse_bool(raw: &Raw<'_>, source: Source<'_>) -> Result<bool, String> {
     match raw {

@@ -64,16 +64,22 @@ pub fn scrape_sum(metric: &str) -> f64 {
     scrape_sum_at(metrics_addr(), metric)
 }
 
-/// The sum over its labels of a counter, scraped from the metrics listener at `addr` (a
-/// gateway of its own, e.g. a spawned child).
-pub fn scrape_sum_at(addr: SocketAddr, metric: &str) -> f64 {
+/// The whole `GET /metrics` answer (status line included) of the metrics listener at `addr`.
+pub fn scrape_at(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect(addr).expect("metrics endpoint");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).expect("metrics response");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text.lines()
+    text
+}
+
+/// The sum over its labels of a counter, scraped from the metrics listener at `addr` (a
+/// gateway of its own, e.g. a spawned child).
+pub fn scrape_sum_at(addr: SocketAddr, metric: &str) -> f64 {
+    scrape_at(addr)
+        .lines()
         .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap_or_else(|_| panic!("bad sample {l:?}")))
         .sum()

@@ -289,10 +289,10 @@ fn dynamic_address_format() {
 #[test]
 fn settings_and_resources() {
     for (s, p) in [("queues", Queues), ("events", Events), ("events-store", EventsStore), ("commands", Commands), ("queries", Queries)] {
-        assert_eq!(parse_default_pattern(s), Some(p));
+        assert_eq!(Pattern::from_amqp_setting(s), Some(p));
     }
     for s in ["store", "none", "reply", "Queues", "", "events_store"] {
-        assert_eq!(parse_default_pattern(s), None, "{s:?}");
+        assert_eq!(Pattern::from_amqp_setting(s), None, "{s:?}");
     }
     let resources: Vec<_> = [Queues, Events, EventsStore, Commands, Queries, Reply].into_iter().map(authz_resource).collect();
     assert_eq!(resources, [Some("queues"), Some("events"), Some("events_store"), Some("commands"), Some("queries"), None]);
