@@ -38,7 +38,14 @@ impl Gateway {
         // The defaults above, for each flag the test does not give itself (clap refuses a
         // flag given twice).
         let stomp = stomp_addr.to_string();
-        for (flag, value) in [("--cores", "1"), ("--grpc-addr", "off"), ("--ws-addr", "off"), ("--amqp-addr", "off"), ("--stomp-addr", stomp.as_str())] {
+        for (flag, value) in [
+            ("--cores", "1"),
+            ("--grpc-addr", "off"),
+            ("--ws-addr", "off"),
+            ("--amqp-addr", "off"),
+            ("--amqp-tls-addr", "off"),
+            ("--stomp-addr", stomp.as_str()),
+        ] {
             if !args.contains(&flag) {
                 cmd.args([flag, value]);
             }
