@@ -290,6 +290,26 @@ fn the_queue_byte_limit_counts_bodies_and_acks_make_room() {
 }
 
 #[test]
+fn a_receipted_ack_has_made_its_room_before_the_receipt() {
+    // The RECEIPT of an ACK means the array applied it, so a SEND the publisher makes after
+    // that RECEIPT finds the room the ACK made, even from another core (in remote mode, over
+    // another stream to the array). Many rounds, as an ACK confirmed at hand-off only loses
+    // the race now and then (CI saw it once in the byte-limit test above).
+    let server = TestServer::start_with(|c| c.queue_max_messages = 1);
+    let q = format!("/queue/{}", unique("ackroom"));
+    let mut p = connected_on(&server, 0);
+    let mut c = connected_on(&server, 1);
+    c.subscribe_sync("c", &q, &[("ack", "client-individual")]);
+    for round in 0..200 {
+        let body = format!("m{round}");
+        p.send_sync("SEND", &[("destination", &q)], body.as_bytes());
+        let m = c.read_messages(1).pop().unwrap();
+        assert_eq!(m.body_str(), body, "round {round}");
+        c.send_sync("ACK", &[("id", m.header("ack").unwrap())], b"");
+    }
+}
+
+#[test]
 fn grpc_send_queue_message_over_the_limit_is_an_in_band_error_with_a_clear_text() {
     use common::grpc::*;
     let server = TestServer::start_with(|c| c.queue_max_messages = 2);

@@ -8,30 +8,54 @@
 //! ReQueueRange. A message not settled within QueueAckTimeoutSeconds is NAcked (the array
 //! requeues it). When the stream breaks, the array returns what it held to the queue; the
 //! consumer reconnects and late ACKs for the old tags are ignored.
+//!
+//! A receipted ACK/NACK is confirmed only once the array has applied it (stomp-decisions:
+//! RECEIPT after the effect is in the array). Settlements reply only on error, so the consumer
+//! follows them with an ActiveOffsets request, which always replies, and confirms when that
+//! reply comes: the array handles one stream's requests in order, so by then the settlements
+//! before it are applied, and a SEND the client makes after the RECEIPT finds the room an ACK
+//! made.
 use super::backoff::Backoff;
 use super::publish::Outbound;
 use super::Worker;
-use crate::mesh::msg::{CoreMsg, Settle, SubRef};
+use crate::mesh::msg::{CoreMsg, Settle, SubRef, Ticket};
 use crate::model::{Channel, Message};
 use crate::telemetry::Counted;
 use crate::wire::convert::{bytes_of, channel_of, tags_from_entries};
 use crate::wire::pb;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-use crate::wire::kind::{ACK_RANGE, GET, NACK_RANGE, REQUEUE_RANGE};
+use crate::wire::kind::{ACK_RANGE, ACTIVE_OFFSETS, GET, NACK_RANGE, REQUEUE_RANGE};
 /// How long one Get waits at the array for a first message (its floor in KubeMQ).
 const GET_WAIT_MS: i32 = 1000;
 /// How often held messages are checked against the ack timeout.
 const SWEEP: Duration = Duration::from_secs(1);
+/// How long a receipted settlement waits for the array's answer to its ActiveOffsets fence
+/// before it is confirmed anyway (an array that never answers must not hang the client).
+const FENCE_WAIT: Duration = Duration::from_secs(10);
+
+/// One ACK/NACK (merged per read batch by the session) and the ticket of its RECEIPT.
+struct Settlement {
+    tags: Vec<u64>,
+    action: Settle,
+    done: Option<Ticket>,
+}
+
+/// Receipts waiting for the array's answer to one ActiveOffsets request.
+struct Fence {
+    request_id: String,
+    sent: Instant,
+    done: Vec<Ticket>,
+}
 
 struct Consumer {
-    ctl: mpsc::UnboundedSender<(Vec<u64>, Settle)>,
+    ctl: mpsc::UnboundedSender<Settlement>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -65,9 +89,14 @@ impl Consumers {
         self.by_sub.borrow_mut().remove(&sub);
     }
 
-    pub fn settle(&self, sub: SubRef, tags: Vec<u64>, action: Settle) {
-        if let Some(c) = self.by_sub.borrow().get(&sub) {
-            let _ = c.ctl.send((tags, action));
+    /// Queues a settlement for the subscription's stream. `done` comes back at once when the
+    /// subscription is gone (a late ACK, ignored as the embedded array ignores it).
+    pub fn settle(&self, sub: SubRef, tags: Vec<u64>, action: Settle, done: Option<Ticket>) -> Option<Ticket> {
+        let by_sub = self.by_sub.borrow();
+        let Some(c) = by_sub.get(&sub) else { return done };
+        match c.ctl.send(Settlement { tags, action, done }) {
+            Ok(()) => None,
+            Err(mpsc::error::SendError(s)) => s.done,
         }
     }
 
@@ -101,7 +130,7 @@ struct Held {
     deadline: Instant,
 }
 
-async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut ctl: mpsc::UnboundedReceiver<(Vec<u64>, Settle)>, next_tag: Rc<Cell<u64>>) {
+async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut ctl: mpsc::UnboundedReceiver<Settlement>, next_tag: Rc<Cell<u64>>) {
     let metrics = w.metrics.stream(crate::telemetry::Stream::Consume);
     let _wanted = Counted::new(&metrics.wanted);
     let mut backoff = Backoff::default();
@@ -118,7 +147,7 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
             Err(e) => {
                 metrics.reconnects.increment(1);
                 tracing::warn!(core = %w.core, channel = %channel, error = %e, "array unreachable (queue downstream); retrying");
-                if !drain_while_waiting(&mut ctl, backoff.next_delay()).await {
+                if !drain_while_waiting(&w, &mut ctl, backoff.next_delay()).await {
                     return;
                 }
                 continue;
@@ -128,6 +157,7 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
         let connected = Counted::new(&metrics.connected);
         let mut held: HashMap<u64, Held> = HashMap::new();
         let mut get_outstanding = false;
+        let mut fences: VecDeque<Fence> = VecDeque::new();
         let mut sweep = tokio::time::interval(SWEEP);
         loop {
             // Ask again once half the window is free (rounded down, so a window of 3 refills
@@ -166,7 +196,11 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
                         }
                     }
                     Ok(Some(r)) => {
-                        if r.is_error {
+                        if r.request_type_data == ACTIVE_OFFSETS || fences.iter().any(|f| f.request_id == r.ref_request_id) {
+                            // A fence's answer (an error one too: the transaction may have
+                            // completed): everything sent before it is applied.
+                            answered(&w, &mut fences, &r.ref_request_id);
+                        } else if r.is_error {
                             tracing::debug!(core = %w.core, channel = %channel, error = %r.error, "queue settlement refused by the array");
                         }
                     }
@@ -175,29 +209,60 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
                 settle = ctl.recv() => {
                     let Some(first) = settle else {
                         close_after_sent(tx, &mut responses).await;
+                        confirm_all(&w, fences);
                         return;
                     };
                     // Coalesce what is already queued (a STOMP client ACKs message by message):
                     // one AckRange per transaction instead of one request per ACK.
-                    let mut batches: Vec<(Vec<u64>, Settle)> = vec![first];
-                    while let Ok((tags, action)) = ctl.try_recv() {
-                        match batches.iter_mut().find(|(_, a)| *a == action) {
-                            Some((all, _)) => all.extend(tags),
-                            None => batches.push((tags, action)),
+                    let mut done = Vec::new();
+                    let mut batches: Vec<(Vec<u64>, Settle)> = Vec::new();
+                    for s in std::iter::once(first).chain(std::iter::from_fn(|| ctl.try_recv().ok())) {
+                        done.extend(s.done);
+                        match batches.iter_mut().find(|(_, a)| *a == s.action) {
+                            Some((all, _)) => all.extend(s.tags),
+                            None => batches.push((s.tags, s.action)),
                         }
                     }
                     let mut broken = false;
+                    let mut last_txn = None;
                     for (tags, action) in batches {
                         for req in settlements(&mut held, &tags, &action, &channel, &w.client_id, &mut request_id) {
+                            last_txn = Some(req.ref_transaction_id.clone());
                             broken |= tx.send(req).await.is_err();
                         }
                     }
                     if broken {
+                        done.into_iter().for_each(|t| w.done(Some(t)));
                         break;
+                    }
+                    match (done.is_empty(), last_txn) {
+                        (true, _) => {}
+                        // Nothing of it was held any more (timed out, or from a broken stream):
+                        // ignored, as the embedded array ignores it.
+                        (false, None) => done.into_iter().for_each(|t| w.done(Some(t))),
+                        (false, Some(txn)) => {
+                            let fence = pb::QueuesDownstreamRequest {
+                                request_id: request_id(),
+                                client_id: w.client_id.clone(),
+                                request_type_data: ACTIVE_OFFSETS,
+                                channel: channel.to_string(),
+                                ref_transaction_id: txn,
+                                ..Default::default()
+                            };
+                            fences.push_back(Fence { request_id: fence.request_id.clone(), sent: Instant::now(), done });
+                            if tx.send(fence).await.is_err() {
+                                break;
+                            }
+                        }
                     }
                 }
                 _ = sweep.tick() => {
                     let now = Instant::now();
+                    while fences.front().is_some_and(|f| now.duration_since(f.sent) >= FENCE_WAIT) {
+                        let f = fences.pop_front().expect("checked above");
+                        tracing::warn!(core = %w.core, channel = %channel, "the array did not answer an ActiveOffsets request in time; confirming the settlements sent before it");
+                        f.done.into_iter().for_each(|t| w.done(Some(t)));
+                    }
                     let late: Vec<u64> = held.iter().filter(|(_, h)| h.deadline <= now).map(|(t, _)| *t).collect();
                     if !late.is_empty() {
                         for req in settlements(&mut held, &late, &Settle::Nack, &channel, &w.client_id, &mut request_id) {
@@ -208,9 +273,11 @@ async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut 
             }
         }
         drop(connected);
+        // What the fences waited for is moot: the array gives back what the stream held.
+        confirm_all(&w, fences);
         metrics.reconnects.increment(1);
         tracing::warn!(core = %w.core, channel = %channel, "queue downstream to the array broke; the array requeues what it held; reconnecting");
-        if !drain_while_waiting(&mut ctl, backoff.next_delay()).await {
+        if !drain_while_waiting(&w, &mut ctl, backoff.next_delay()).await {
             return;
         }
     }
@@ -263,15 +330,32 @@ async fn close_after_sent(tx: mpsc::Sender<pb::QueuesDownstreamRequest>, respons
     let _ = tokio::time::timeout(CLOSE_WAIT, async { while let Ok(Some(_)) = responses.message().await {} }).await;
 }
 
-/// Sleeps `delay` while discarding settlements (nothing is held while disconnected). False
-/// when the subscription ended meanwhile.
-async fn drain_while_waiting(ctl: &mut mpsc::UnboundedReceiver<(Vec<u64>, Settle)>, delay: Duration) -> bool {
+/// Sleeps `delay` while discarding settlements (nothing is held while disconnected; their
+/// receipts are given, as for any ACK of a message no longer held). False when the
+/// subscription ended meanwhile.
+async fn drain_while_waiting(w: &Worker, ctl: &mut mpsc::UnboundedReceiver<Settlement>, delay: Duration) -> bool {
     let sleep = tokio::time::sleep(delay);
     tokio::pin!(sleep);
     loop {
         tokio::select! {
             () = &mut sleep => return true,
-            c = ctl.recv() => if c.is_none() { return false },
+            c = ctl.recv() => match c {
+                Some(s) => w.done(s.done),
+                None => return false,
+            },
         }
     }
+}
+
+/// The array answered fence `request_id`: its receipts and every earlier fence's are due
+/// (one stream's replies come in order). An answer naming no fence is the oldest's.
+fn answered(w: &Worker, fences: &mut VecDeque<Fence>, request_id: &str) {
+    let upto = fences.iter().position(|f| f.request_id == request_id).unwrap_or(0);
+    for f in fences.drain(..(upto + 1).min(fences.len())) {
+        f.done.into_iter().for_each(|t| w.done(Some(t)));
+    }
+}
+
+fn confirm_all(w: &Worker, fences: VecDeque<Fence>) {
+    fences.into_iter().flat_map(|f| f.done).for_each(|t| w.done(Some(t)));
 }

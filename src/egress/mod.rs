@@ -13,7 +13,7 @@
 //! | events / events-store publish | one long-lived `SendEventsStream` per core ([`publish`]) |
 //! | queue SEND | one long-lived `QueuesUpstream` per core; RECEIPT only after the array's result |
 //! | events / events-store SUBSCRIBE | `SubscribeToEvents`; a core's subscriptions to the same events channel and group share one ([`subscribe`]) |
-//! | queue SUBSCRIBE, ACK, NACK | `QueuesDownstream` per subscription: Get up to the free prefetch, AckRange / NAckRange ([`consume`]) |
+//! | queue SUBSCRIBE, ACK, NACK | `QueuesDownstream` per subscription: Get up to the free prefetch, AckRange / NAckRange; a receipted ACK/NACK is confirmed by an ActiveOffsets reply after it ([`consume`]) |
 //! | command / query | `SendRequest` with the effective timeout ([`rpc`]) |
 //!
 //! Failure: every stream reconnects by itself with capped exponential backoff and jitter
@@ -238,8 +238,9 @@ impl Worker {
                 self.done(done);
             }
             CoreMsg::QueueSettle { sub, tags, action, done, .. } => {
-                self.consumers.settle(sub, tags, action);
-                self.done(done);
+                // Confirmed by the consumer once the array applied it (see [`consume`]).
+                let unheld = self.consumers.settle(sub, tags, action, done);
+                self.done(unheld);
             }
             CoreMsg::RpcRequest(req) => rpc::request(Rc::clone(self), *req),
             // Work before the barrier has been handed to its tasks in order; receipts for
