@@ -57,6 +57,22 @@ struct Fence {
 struct Consumer {
     ctl: mpsc::UnboundedSender<Settlement>,
     task: tokio::task::JoinHandle<()>,
+    /// The UNSUBSCRIBE's ticket, confirmed when the task ends (see [`EndReceipt`]).
+    end: Rc<Cell<Option<Ticket>>>,
+}
+
+/// Confirms an ended subscription's UNSUBSCRIBE when its task is over, however it ends: after
+/// the array closed the stream (what it held is back in the queue, so a consumer that comes
+/// after the RECEIPT finds it), or at once while the stream was down.
+struct EndReceipt {
+    w: Rc<Worker>,
+    end: Rc<Cell<Option<Ticket>>>,
+}
+
+impl Drop for EndReceipt {
+    fn drop(&mut self) {
+        self.w.done(self.end.take());
+    }
 }
 
 pub struct Consumers {
@@ -74,8 +90,10 @@ impl Consumers {
     pub fn subscribe(&self, channel: Channel, sub: SubRef, prefetch: u32) {
         let Some(w) = self.worker.upgrade() else { return };
         let (ctl, rx) = mpsc::unbounded_channel();
-        let task = tokio::task::spawn_local(run(w, channel, sub, prefetch.max(1) as usize, rx, Rc::clone(&self.next_tag)));
-        if let Some(old) = self.by_sub.borrow_mut().insert(sub, Consumer { ctl, task }) {
+        let end = Rc::new(Cell::new(None));
+        let receipt = EndReceipt { w: Rc::clone(&w), end: Rc::clone(&end) };
+        let task = tokio::task::spawn_local(run(w, channel, sub, prefetch.max(1) as usize, rx, Rc::clone(&self.next_tag), receipt));
+        if let Some(old) = self.by_sub.borrow_mut().insert(sub, Consumer { ctl, task, end }) {
             old.task.abort();
         }
     }
@@ -83,10 +101,13 @@ impl Consumers {
     /// Ends the subscription: settlements already queued still reach the array, then its
     /// stream closes and the array requeues what it held. Aborting the task instead would drop
     /// ACKs the client sent just before UNSUBSCRIBE (or before closing), and the array would
-    /// redeliver acknowledged messages.
-    pub fn unsubscribe(&self, sub: SubRef) {
+    /// redeliver acknowledged messages. `done` is confirmed once the array closed the stream;
+    /// it comes back at once when there is no such subscription.
+    pub fn unsubscribe(&self, sub: SubRef, done: Option<Ticket>) -> Option<Ticket> {
         // Dropping the sender ends the task's settlement channel after what is queued in it.
-        self.by_sub.borrow_mut().remove(&sub);
+        let Some(c) = self.by_sub.borrow_mut().remove(&sub) else { return done };
+        c.end.set(done);
+        None
     }
 
     /// Queues a settlement for the subscription's stream. `done` comes back at once when the
@@ -130,7 +151,15 @@ struct Held {
     deadline: Instant,
 }
 
-async fn run(w: Rc<Worker>, channel: Channel, sub: SubRef, prefetch: usize, mut ctl: mpsc::UnboundedReceiver<Settlement>, next_tag: Rc<Cell<u64>>) {
+async fn run(
+    w: Rc<Worker>,
+    channel: Channel,
+    sub: SubRef,
+    prefetch: usize,
+    mut ctl: mpsc::UnboundedReceiver<Settlement>,
+    next_tag: Rc<Cell<u64>>,
+    _receipt: EndReceipt,
+) {
     let metrics = w.metrics.stream(crate::telemetry::Stream::Consume);
     let _wanted = Counted::new(&metrics.wanted);
     let mut backoff = Backoff::default();

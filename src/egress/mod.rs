@@ -230,8 +230,8 @@ impl Worker {
                 self.subscriptions.subscribe(pattern, channel, wildcard, sub, group, start, done)
             }
             CoreMsg::Unsubscribe { pattern: crate::model::Pattern::Queues, sub, done, .. } => {
-                self.consumers.unsubscribe(sub);
-                self.done(done);
+                let unheld = self.consumers.unsubscribe(sub, done);
+                self.done(unheld);
             }
             CoreMsg::Unsubscribe { pattern, channel, sub, done, .. } => {
                 self.subscriptions.unsubscribe(pattern, &channel, sub);
