@@ -287,7 +287,7 @@ fn an_unsubscribe_receipt_means_what_it_held_is_back_in_the_queue() {
         if held.is_empty() {
             held = c.read_messages(1);
         }
-        assert_eq!(bodies(&held), [body.clone()], "round {round}");
+        assert_eq!(bodies(&held), vec![body.clone()], "round {round}");
         c.send_sync("UNSUBSCRIBE", &[("id", &id)], b"");
         let got = rt.block_on(async {
             let req = pb::ReceiveQueueMessagesRequest {
