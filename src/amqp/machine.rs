@@ -31,8 +31,15 @@
 //! expiring. SASL EXTERNAL is offered (first) only on TLS with a verified client certificate,
 //! whose CN is the identity (§3.4).
 //!
-//! Not yet: selectors, consumer groups, durable Events-Store identities and session-window
-//! enforcement.
+//! Subscriptions (§3.8): the link property `x-opt-kubemq-group` is an events / events-store
+//! receiver's subscription group and a responder's group; an events-store receiver with
+//! expiry-policy `never` has a durable identity ([`durable`]: one live attach per identity in
+//! the process, a re-attach resumes after the last sequence sent to it unless
+//! `x-opt-kubemq-start` names a start); a selector filter ([`selector`]) on an events /
+//! events-store receiver is applied at delivery ([`Machine::deliver_event`]): what does not
+//! match is not sent and uses no credit.
+//!
+//! Not yet: session-window enforcement.
 use super::address::{judge_attach, route_to, Attach as Judge, DynamicAddress, Node, NodeHint, PeerRole, Permission, ServerRole};
 use super::durable;
 use super::error::AmqpError;
@@ -558,7 +565,7 @@ impl Machine {
                         s.dynamic,
                         s.capabilities.as_ref().map(|c| c.0.iter().map(|s| s.0.as_str()).collect::<Vec<_>>()).unwrap_or_default(),
                         matches!(s.distribution_mode, Some(fe2o3_amqp_types::messaging::DistributionMode::Copy)),
-                        s.filter.as_ref().is_some_and(|f| f.keys().any(|k| matches!(k.0.as_str(), "apache.org:selector-filter:string" | "jms-selector"))),
+                        s.filter.as_ref().is_some_and(|f| f.iter().any(|(k, v)| is_selector(k, v))),
                     ),
                     None => (None, false, vec![], false, false),
                 },
@@ -1395,13 +1402,24 @@ fn sanitized_client_id(container_id: &str) -> Option<Bytes> {
     (!id.is_empty()).then(|| Bytes::from(id))
 }
 
-/// The selector filter of a receiver's source (§3.8), by key `apache.org:selector-filter:string`
-/// or `jms-selector`: its text (a described or plain string), `Err` for another value type;
-/// None without one.
+/// Whether a source filter entry is a selector (§3.8): key `apache.org:selector-filter:string`
+/// or `jms-selector` (Qpid JMS), or any key (proton names it `selector`) whose value is
+/// described as `apache.org:selector-filter:string` (code 0x0000468C:0x00000004).
+fn is_selector(key: &Symbol, value: &serde_amqp::Value) -> bool {
+    use serde_amqp::descriptor::Descriptor;
+    matches!(key.0.as_str(), "apache.org:selector-filter:string" | "jms-selector")
+        || matches!(value, serde_amqp::Value::Described(d) if match &d.descriptor {
+            Descriptor::Name(n) => n.0 == "apache.org:selector-filter:string",
+            Descriptor::Code(c) => *c == 0x0000_468C_0000_0004,
+        })
+}
+
+/// The selector filter of a receiver's source ([`is_selector`]): its text (a described or
+/// plain string), `Err` for another value type; None without one.
 fn selector_text(a: &Attach) -> Option<Result<&str, &'static str>> {
     use serde_amqp::Value;
     let filter = a.source.as_ref()?.filter.as_ref()?;
-    let (_, v) = filter.iter().find(|(k, _)| matches!(k.0.as_str(), "apache.org:selector-filter:string" | "jms-selector"))?;
+    let (_, v) = filter.iter().find(|(k, v)| is_selector(k, v))?;
     let v = match v {
         Value::Described(d) => &d.value,
         v => v,

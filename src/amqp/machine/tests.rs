@@ -1163,3 +1163,22 @@ fn a_selector_filters_at_delivery_without_using_credit_and_is_echoed() {
     p.send(0, Performative::Attach(selector_attach(4, "queues/q", "jms-selector", "a = 1")), &[]);
     assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-implemented"));
 }
+
+#[test]
+fn a_selector_is_recognized_by_its_descriptor_under_any_key() {
+    let mut p = Peer::opened(Settings::default());
+    let mut a = attach(1, Role::Receiver, "queues/q");
+    let mut filter = fe2o3_amqp_types::messaging::FilterSet::new();
+    let described = serde_amqp::described::Described {
+        descriptor: serde_amqp::descriptor::Descriptor::Name(Symbol::from("apache.org:selector-filter:string")),
+        value: serde_amqp::Value::String("a = ".into()),
+    };
+    filter.insert(Symbol::from("selector"), serde_amqp::Value::Described(Box::new(described)));
+    a.source.as_mut().unwrap().filter = Some(filter.clone());
+    p.send(0, Performative::Attach(a), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-implemented"));
+    let mut a = attach(2, Role::Receiver, "events/e");
+    a.source.as_mut().unwrap().filter = Some(filter);
+    p.send(0, Performative::Attach(a), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:invalid-field"));
+}
