@@ -39,7 +39,10 @@
 //! events-store receiver is applied at delivery ([`Machine::deliver_event`]): what does not
 //! match is not sent and uses no credit.
 //!
-//! Not yet: session-window enforcement.
+//! Session flow control: the incoming window (`Settings::incoming_window` transfer frames)
+//! is re-opened by a session FLOW after a read batch that leaves half of it or less; a
+//! transfer past it ends the session with `amqp:session:window-violation`. Not yet: holding
+//! our own transfers to the peer's incoming window.
 use super::address::{judge_attach, route_to, Attach as Judge, DynamicAddress, Node, NodeHint, PeerRole, Permission, ServerRole};
 use super::durable;
 use super::error::AmqpError;
@@ -89,6 +92,9 @@ pub struct Settings {
     pub external_identity: Option<Bytes>,
     /// The process's durable Events-Store identities (§3.8), shared by every connection.
     pub durable: Arc<durable::Registry>,
+    /// The session incoming window we advertise, in transfer frames: a peer that sends more
+    /// than we granted → END with `amqp:session:window-violation`.
+    pub incoming_window: u32,
 }
 
 impl Default for Settings {
@@ -108,6 +114,7 @@ impl Default for Settings {
             max_links_per_session: 256,
             external_identity: None,
             durable: Arc::default(),
+            incoming_window: INCOMING_WINDOW,
         }
     }
 }
@@ -198,8 +205,13 @@ enum Phase {
     Closed,
 }
 
-/// The session window we advertise: large and fixed (window enforcement is not done yet).
+/// Our outgoing window: large and fixed (we do not hold our transfers back by the peer's
+/// incoming window).
 const WINDOW: u32 = 1 << 20;
+/// The default session incoming window, transfer frames. Replenished (a session FLOW) once a
+/// read batch leaves half of it or less, so a peer that keeps within the window it was
+/// granted never waits long and never hits the limit.
+pub const INCOMING_WINDOW: u32 = 4096;
 /// Array subscriptions one queue link may open as its credit grows; past it the link waits for
 /// the ones it has to free up (a peer that raises its credit this often without settling).
 const MAX_SUBS_PER_LINK: usize = 16;
@@ -240,6 +252,8 @@ struct Link {
 struct Sess {
     next_outgoing_id: u32,
     next_incoming_id: u32,
+    /// Transfers the peer may still send under the incoming window we last advertised.
+    incoming_left: u32,
     next_delivery_id: u32,
     links: AHashMap<u32, Link>,
     /// Our unsettled queue deliveries by delivery id: (link handle, subscription, tag).
@@ -358,6 +372,23 @@ impl Machine {
             };
             if !progressed {
                 break;
+            }
+        }
+        self.replenish_windows(out);
+    }
+
+    /// After a read batch: a session FLOW re-opening the incoming window of every session that
+    /// has half of it or less left (not per transfer: a peer that sends past what it was
+    /// granted within one batch is caught, not re-granted on the fly).
+    fn replenish_windows(&mut self, out: &mut Out) {
+        if self.phase != Phase::Open {
+            return;
+        }
+        let window = self.s.incoming_window;
+        for (&ch, sess) in self.sessions.iter_mut() {
+            if sess.incoming_left <= window / 2 {
+                sess.incoming_left = window;
+                frame::write_amqp(&mut out.write, ch, &Performative::Flow(session_flow(sess)), &[]);
             }
         }
     }
@@ -521,12 +552,12 @@ impl Machine {
         if self.sessions.contains_key(&ch) || b.remote_channel.is_some() {
             return self.fail_connection(AmqpError::NotAllowed, out);
         }
-        let sess = Sess { next_incoming_id: b.next_outgoing_id, ..Sess::default() };
+        let sess = Sess { next_incoming_id: b.next_outgoing_id, incoming_left: self.s.incoming_window, ..Sess::default() };
         // Our channel is the peer's: one session per channel number either way.
         let reply = Begin {
             remote_channel: Some(ch),
             next_outgoing_id: 0,
-            incoming_window: WINDOW,
+            incoming_window: self.s.incoming_window,
             outgoing_window: WINDOW,
             handle_max: Handle(self.s.max_links_per_session.saturating_sub(1)),
             offered_capabilities: None,
@@ -883,6 +914,11 @@ impl Machine {
         let max_unsettled = self.s.max_unsettled_per_link;
         let client_id = self.client_id.clone();
         let Some(sess) = self.sessions.get_mut(&ch) else { return self.fail_connection(AmqpError::NotAllowed, out) };
+        // Session flow control (part 2.5.6): one transfer frame past the window we granted.
+        if sess.incoming_left == 0 {
+            return self.fail_session(ch, AmqpError::WindowViolation, out);
+        }
+        sess.incoming_left -= 1;
         sess.next_incoming_id = sess.next_incoming_id.wrapping_add(1);
         let handle = t.handle.0;
         let Some(link) = sess.links.get_mut(&handle) else { return self.fail_session(ch, AmqpError::ErrantLink, out) };
@@ -1316,7 +1352,7 @@ fn send_message(sess: &mut Sess, ch: u16, handle: u32, msg: &Message, settled: b
 fn session_flow(sess: &Sess) -> Flow {
     Flow {
         next_incoming_id: Some(sess.next_incoming_id),
-        incoming_window: WINDOW,
+        incoming_window: sess.incoming_left,
         next_outgoing_id: sess.next_outgoing_id,
         outgoing_window: WINDOW,
         handle: None,

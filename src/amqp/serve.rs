@@ -243,6 +243,7 @@ fn settings(core: &Core, conn: ConnId, external_identity: Option<Bytes>) -> Sett
         max_links_per_session: c.amqp_max_links_per_session,
         external_identity,
         durable: std::sync::Arc::clone(&core.shared.amqp_durable),
+        incoming_window: super::machine::INCOMING_WINDOW,
     }
 }
 

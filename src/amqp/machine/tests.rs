@@ -1182,3 +1182,32 @@ fn a_selector_is_recognized_by_its_descriptor_under_any_key() {
     p.send(0, Performative::Attach(a), &[]);
     assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:invalid-field"));
 }
+
+#[test]
+fn a_peer_past_the_incoming_window_ends_the_session_and_a_well_behaved_one_is_replenished() {
+    let mut p = Peer::opened(Settings { incoming_window: 4, ..Settings::default() });
+    p.send(0, Performative::Attach(attach(0, Role::Sender, "events/e")), &[]);
+    p.performatives();
+    let body = mapping::encode(b"m", b"x", &Default::default());
+    let session_flows = |ps: &[Performative]| ps.iter().filter(|f| matches!(f, Performative::Flow(f) if f.handle.is_none())).count();
+    // One read batch at a time, within the window: a session FLOW re-opens it at half.
+    for (id, want_flow) in [(0, false), (1, true), (2, false), (3, true), (4, false)] {
+        p.send(0, Performative::Transfer(transfer(0, id, true, false)), &body);
+        let ps = p.performatives();
+        assert_eq!(session_flows(&ps), usize::from(want_flow), "transfer {id}: {ps:?}");
+        if want_flow {
+            assert!(ps.iter().any(|f| matches!(f, Performative::Flow(f) if f.incoming_window == 4 && f.next_incoming_id == Some(id + 1))), "{ps:?}");
+        }
+    }
+    // Window left: 3. Four more in one batch: the fourth is past it.
+    let mut batch = BytesMut::new();
+    for id in 5..9 {
+        write_amqp(&mut batch, 0, &Performative::Transfer(transfer(0, id, true, false)), &body);
+    }
+    let out = p.feed(&batch);
+    assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Publish { .. })).count(), 3);
+    match &p.performatives()[..] {
+        [Performative::End(e)] => assert_eq!(condition(&e.error), "amqp:session:window-violation"),
+        other => panic!("{other:?}"),
+    }
+}
