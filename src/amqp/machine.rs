@@ -31,12 +31,24 @@
 //! expiring. SASL EXTERNAL is offered (first) only on TLS with a verified client certificate,
 //! whose CN is the identity (§3.4).
 //!
-//! Not yet: selectors, consumer groups, durable Events-Store identities and session-window
-//! enforcement.
+//! Subscriptions (§3.8): the link property `x-opt-kubemq-group` is an events / events-store
+//! receiver's subscription group and a responder's group; an events-store receiver with
+//! expiry-policy `never` has a durable identity ([`durable`]: one live attach per identity in
+//! the process, a re-attach resumes after the last sequence sent to it unless
+//! `x-opt-kubemq-start` names a start); a selector filter ([`selector`]) on an events /
+//! events-store receiver is applied at delivery ([`Machine::deliver_event`]): what does not
+//! match is not sent and uses no credit.
+//!
+//! Session flow control: the incoming window (`Settings::incoming_window` transfer frames)
+//! is re-opened by a session FLOW after a read batch that leaves half of it or less; a
+//! transfer past it ends the session with `amqp:session:window-violation`. Not yet: holding
+//! our own transfers to the peer's incoming window.
 use super::address::{judge_attach, route_to, Attach as Judge, DynamicAddress, Node, NodeHint, PeerRole, Permission, ServerRole};
+use super::durable;
 use super::error::AmqpError;
 use super::frame::{self, Frame, FrameDecoder, FrameError, ProtocolHeader, SaslBody};
 use super::mapping;
+use super::selector::{self, Selector};
 use crate::auth::Access;
 use crate::mesh::msg::{CoreId, RpcOutcome, RpcRequest, Settle, StartAt, SubNo};
 use crate::mesh::op::ArrayOp;
@@ -78,6 +90,11 @@ pub struct Settings {
     pub max_links_per_session: u32,
     /// The verified TLS client certificate's CN: SASL EXTERNAL is offered, with this identity.
     pub external_identity: Option<Bytes>,
+    /// The process's durable Events-Store identities (§3.8), shared by every connection.
+    pub durable: Arc<durable::Registry>,
+    /// The session incoming window we advertise, in transfer frames: a peer that sends more
+    /// than we granted → END with `amqp:session:window-violation`.
+    pub incoming_window: u32,
 }
 
 impl Default for Settings {
@@ -96,6 +113,8 @@ impl Default for Settings {
             responders: true,
             max_links_per_session: 256,
             external_identity: None,
+            durable: Arc::default(),
+            incoming_window: INCOMING_WINDOW,
         }
     }
 }
@@ -119,8 +138,16 @@ pub struct Out {
 /// The requests come back through [`Machine::deliver_request`] with the link's `sub`.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ResponderOp {
-    Register { sub: SubNo, pattern: Pattern, channel: Channel },
-    Unregister { sub: SubNo },
+    /// `group`: the link's `x-opt-kubemq-group`; the array hands each request to one member.
+    Register {
+        sub: SubNo,
+        pattern: Pattern,
+        channel: Channel,
+        group: Option<Bytes>,
+    },
+    Unregister {
+        sub: SubNo,
+    },
 }
 
 /// A responder's answer: `outcome` for request `request_id`, pending at core `owner`.
@@ -134,6 +161,14 @@ pub struct Response {
 /// The shortest RPC time-out a request's `header.ttl` may ask for, ms (§3.6 clamps the ttl
 /// between "a floor" and 10× the default without naming the floor).
 pub const RPC_TIMEOUT_FLOOR_MS: u64 = 1000;
+
+/// How a server-sender link on the array is fed: its start position (Events-Store) and its
+/// durable identity, if any (§3.8).
+struct Feed {
+    start: StartAt,
+    durable: Option<String>,
+    selector: Option<Selector>,
+}
 
 /// What a server-receiver link's messages go to, or what a server-sender link reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,8 +205,13 @@ enum Phase {
     Closed,
 }
 
-/// The session window we advertise: large and fixed (window enforcement is not done yet).
+/// Our outgoing window: large and fixed (we do not hold our transfers back by the peer's
+/// incoming window).
 const WINDOW: u32 = 1 << 20;
+/// The default session incoming window, transfer frames. Replenished (a session FLOW) once a
+/// read batch leaves half of it or less, so a peer that keeps within the window it was
+/// granted never waits long and never hits the limit.
+pub const INCOMING_WINDOW: u32 = 4096;
 /// Array subscriptions one queue link may open as its credit grows; past it the link waits for
 /// the ones it has to free up (a peer that raises its credit this often without settling).
 const MAX_SUBS_PER_LINK: usize = 16;
@@ -199,12 +239,21 @@ struct Link {
     partial: Option<(BytesMut, Option<u32>, bool)>,
     /// Receiver side: credit granted and not yet used.
     granted: u32,
+    /// A durable Events-Store link's identity (§3.8), live in `Settings::durable` while the
+    /// link is, and the highest sequence sent on it (handed back there when the link ends).
+    durable: Option<String>,
+    last_seq: u64,
+    /// An Events / Events-Store link's selector (§3.8): what it does not match is not sent
+    /// and uses no credit.
+    selector: Option<Selector>,
 }
 
 #[derive(Default)]
 struct Sess {
     next_outgoing_id: u32,
     next_incoming_id: u32,
+    /// Transfers the peer may still send under the incoming window we last advertised.
+    incoming_left: u32,
     next_delivery_id: u32,
     links: AHashMap<u32, Link>,
     /// Our unsettled queue deliveries by delivery id: (link handle, subscription, tag).
@@ -238,6 +287,8 @@ pub struct Machine {
     peer_idle_timeout_ms: Option<u32>,
     /// Set when the connection must be refused once its OPEN arrives (MaxConnections).
     refuse_open: Option<AmqpError>,
+    /// The peer's OPEN container-id: half of a durable Events-Store identity (§3.8).
+    container_id: String,
 }
 
 impl Machine {
@@ -260,6 +311,7 @@ impl Machine {
             next_reply: 1,
             peer_idle_timeout_ms: None,
             refuse_open: None,
+            container_id: String::new(),
         }
     }
 
@@ -320,6 +372,23 @@ impl Machine {
             };
             if !progressed {
                 break;
+            }
+        }
+        self.replenish_windows(out);
+    }
+
+    /// After a read batch: a session FLOW re-opening the incoming window of every session that
+    /// has half of it or less left (not per transfer: a peer that sends past what it was
+    /// granted within one batch is caught, not re-granted on the fly).
+    fn replenish_windows(&mut self, out: &mut Out) {
+        if self.phase != Phase::Open {
+            return;
+        }
+        let window = self.s.incoming_window;
+        for (&ch, sess) in self.sessions.iter_mut() {
+            if sess.incoming_left <= window / 2 {
+                sess.incoming_left = window;
+                frame::write_amqp(&mut out.write, ch, &Performative::Flow(session_flow(sess)), &[]);
             }
         }
     }
@@ -438,6 +507,7 @@ impl Machine {
                 self.client_id = id;
             }
         }
+        self.container_id = open.container_id.clone();
         self.peer_max_frame = open.max_frame_size.0.clamp(frame::MIN_MAX_FRAME_SIZE, self.s.max_frame_size);
         self.peer_idle_timeout_ms = open.idle_time_out.filter(|&ms| ms > 0);
         let channel_max = open.channel_max.0.min(self.s.session_max.saturating_sub(1));
@@ -482,12 +552,12 @@ impl Machine {
         if self.sessions.contains_key(&ch) || b.remote_channel.is_some() {
             return self.fail_connection(AmqpError::NotAllowed, out);
         }
-        let sess = Sess { next_incoming_id: b.next_outgoing_id, ..Sess::default() };
+        let sess = Sess { next_incoming_id: b.next_outgoing_id, incoming_left: self.s.incoming_window, ..Sess::default() };
         // Our channel is the peer's: one session per channel number either way.
         let reply = Begin {
             remote_channel: Some(ch),
             next_outgoing_id: 0,
-            incoming_window: WINDOW,
+            incoming_window: self.s.incoming_window,
             outgoing_window: WINDOW,
             handle_max: Handle(self.s.max_links_per_session.saturating_sub(1)),
             offered_capabilities: None,
@@ -526,7 +596,7 @@ impl Machine {
                         s.dynamic,
                         s.capabilities.as_ref().map(|c| c.0.iter().map(|s| s.0.as_str()).collect::<Vec<_>>()).unwrap_or_default(),
                         matches!(s.distribution_mode, Some(fe2o3_amqp_types::messaging::DistributionMode::Copy)),
-                        s.filter.as_ref().is_some_and(|f| f.keys().any(|k| matches!(k.0.as_str(), "apache.org:selector-filter:string" | "jms-selector"))),
+                        s.filter.as_ref().is_some_and(|f| f.iter().any(|(k, v)| is_selector(k, v))),
                     ),
                     None => (None, false, vec![], false, false),
                 },
@@ -585,12 +655,43 @@ impl Machine {
         let node = node.and_then(|(role, pattern, channel, target)| {
             let start = match (role, pattern) {
                 (ServerRole::Sender, Pattern::EventsStore) => start_hint(&a, host.now_ns())?,
-                _ => StartAt::NewOnly,
+                _ => None,
             };
             Ok((role, pattern, channel, start, target))
         });
+        // A selector on an Events / Events-Store consumer (judge_attach refused it elsewhere):
+        // a bad or oversized one → amqp:invalid-field, described (our fixed text only).
+        let selector = match (&node, selector_text(&a)) {
+            (Ok((ServerRole::Sender, Pattern::Events | Pattern::EventsStore, _, _, _)), Some(text)) => {
+                match text.and_then(|t| Selector::parse(t).map_err(|e| e.0)) {
+                    Ok(sel) => Some(sel),
+                    Err(why) => return self.refuse_attach_err(ch, a, error_described(AmqpError::InvalidField, why), out),
+                }
+            }
+            _ => None,
+        };
+        // Last, as it claims the identity: a durable Events-Store consumer (expiry-policy
+        // `never`). A second live attach of its identity → amqp:not-allowed. A re-attach resumes
+        // after the last sequence delivered to the identity, unless `x-opt-kubemq-start` names
+        // a start (an explicit start is the client's choice, e.g. to replay from `first`).
+        let node = node.and_then(|(role, pattern, channel, start, target)| {
+            let never = a.source.as_ref().is_some_and(|s| s.expiry_policy == fe2o3_amqp_types::messaging::TerminusExpiryPolicy::Never);
+            if role != ServerRole::Sender || pattern != Pattern::EventsStore || !never {
+                return Ok((role, pattern, channel, start.unwrap_or(StartAt::NewOnly), target, None));
+            }
+            let id = durable::identity(&self.container_id, &a.name);
+            let last = self.s.durable.attach(&id).ok_or(AmqpError::NotAllowed)?;
+            let start = match start {
+                Some(explicit) => explicit,
+                None if last > 0 => StartAt::Sequence(last + 1),
+                None => StartAt::NewOnly,
+            };
+            Ok((role, pattern, channel, start, target, Some(id)))
+        });
         match node {
-            Ok((server_role, pattern, channel, start, target)) => self.open_link(ch, a, server_role, pattern, channel, start, target, out),
+            Ok((server_role, pattern, channel, start, target, durable)) => {
+                self.open_link(ch, a, server_role, pattern, channel, Feed { start, durable, selector }, target, out)
+            }
             Err(cond) => self.refuse_attach(ch, a, cond, out),
         }
     }
@@ -612,6 +713,10 @@ impl Machine {
     /// The refusal the spec asks for: an ATTACH with a null terminus on our side, then a
     /// DETACH carrying the condition.
     fn refuse_attach(&mut self, ch: u16, a: Attach, cond: AmqpError, out: &mut Out) {
+        self.refuse_attach_err(ch, a, error(cond), out)
+    }
+
+    fn refuse_attach_err(&mut self, ch: u16, a: Attach, err: definitions::Error, out: &mut Out) {
         let reply = Attach {
             role: flip(a.role.clone()),
             source: if a.role == Role::Receiver { None } else { a.source.clone() },
@@ -627,13 +732,15 @@ impl Machine {
         };
         let handle = reply.handle.clone();
         frame::write_amqp(&mut out.write, ch, &Performative::Attach(reply), &[]);
-        let detach = Detach { handle, closed: true, error: Some(error(cond)) };
+        let detach = Detach { handle, closed: true, error: Some(err) };
         frame::write_amqp(&mut out.write, ch, &Performative::Detach(detach), &[]);
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn open_link(&mut self, ch: u16, a: Attach, server_role: ServerRole, pattern: Pattern, channel: Channel, start: StartAt, target: Target, out: &mut Out) {
+    fn open_link(&mut self, ch: u16, a: Attach, server_role: ServerRole, pattern: Pattern, channel: Channel, feed: Feed, target: Target, out: &mut Out) {
+        let Feed { start, durable, selector } = feed;
         let handle = a.handle.0;
+        let group = group_hint(&a);
         let mut link = Link {
             role: server_role,
             target: target.clone(),
@@ -646,6 +753,9 @@ impl Machine {
             unsettled: 0,
             partial: None,
             granted: 0,
+            durable,
+            last_seq: 0,
+            selector,
         };
         let reply = Attach {
             role: flip(a.role.clone()),
@@ -672,14 +782,14 @@ impl Machine {
             }
             ServerRole::Sender if matches!(pattern, Pattern::Commands | Pattern::Queries) => {
                 let sub = self.new_link_sub(ch, handle, &mut link);
-                out.responders.push(ResponderOp::Register { sub, pattern, channel });
+                out.responders.push(ResponderOp::Register { sub, pattern, channel, group });
             }
             ServerRole::Sender => {
                 let sub = SubNo(self.next_sub);
                 self.next_sub += 1;
                 link.subs.push((sub, 0));
                 self.subs.insert(sub, (ch, handle));
-                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group: None, start, prefetch: 0 }, None));
+                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group, start, prefetch: 0 }, None));
             }
             ServerRole::Receiver => {
                 link.granted = self.s.max_unsettled_per_link;
@@ -719,6 +829,9 @@ impl Machine {
     /// (sent and unsettled, or still waiting here for credit). A dynamic node goes with its
     /// link; a responder is unregistered.
     fn drop_link(&mut self, link: Link, out: &mut Out) {
+        if let Some(id) = &link.durable {
+            self.s.durable.detach(id, link.last_seq);
+        }
         for (sub, _) in link.subs {
             self.subs.remove(&sub);
             match (&link.target, link.pattern) {
@@ -801,6 +914,11 @@ impl Machine {
         let max_unsettled = self.s.max_unsettled_per_link;
         let client_id = self.client_id.clone();
         let Some(sess) = self.sessions.get_mut(&ch) else { return self.fail_connection(AmqpError::NotAllowed, out) };
+        // Session flow control (part 2.5.6): one transfer frame past the window we granted.
+        if sess.incoming_left == 0 {
+            return self.fail_session(ch, AmqpError::WindowViolation, out);
+        }
+        sess.incoming_left -= 1;
         sess.next_incoming_id = sess.next_incoming_id.wrapping_add(1);
         let handle = t.handle.0;
         let Some(link) = sess.links.get_mut(&handle) else { return self.fail_session(ch, AmqpError::ErrantLink, out) };
@@ -923,6 +1041,10 @@ impl Machine {
         let Some(link) = sess.links.get_mut(&handle) else { return false };
         if self.phase != Phase::Open {
             return false;
+        }
+        if link.selector.as_ref().is_some_and(|sel| !sel.matches(&Props(msg))) {
+            // Not for this link: handled, not dropped (no credit used, nothing counted).
+            return true;
         }
         if link.pattern == Pattern::EventsStore {
             if link.pending.len() >= max_waiting {
@@ -1183,6 +1305,7 @@ fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) 
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
         if link.pattern != Pattern::Queues {
+            link.last_seq = link.last_seq.max(msg.sequence);
             send_message(sess, ch, handle, &msg, true, max_frame, out);
             continue;
         }
@@ -1229,7 +1352,7 @@ fn send_message(sess: &mut Sess, ch: u16, handle: u32, msg: &Message, settled: b
 fn session_flow(sess: &Sess) -> Flow {
     Flow {
         next_incoming_id: Some(sess.next_incoming_id),
-        incoming_window: WINDOW,
+        incoming_window: sess.incoming_left,
         next_outgoing_id: sess.next_outgoing_id,
         outgoing_window: WINDOW,
         handle: None,
@@ -1276,16 +1399,34 @@ fn flip(role: Role) -> Role {
     }
 }
 
+/// A string (or symbol) link property of the ATTACH, by its symbol key.
+fn link_property<'a>(a: &'a Attach, key: &str) -> Option<&'a serde_amqp::Value> {
+    a.properties.as_ref().and_then(|p| p.iter().find(|(k, _)| k.0 == key).map(|(_, v)| v))
+}
+
+/// The consumer group of a receiver: link property `x-opt-kubemq-group` (§3.8), a string or
+/// symbol; empty or another type → no group (as STOMP's empty `x-kubemq-group`).
+fn group_hint(a: &Attach) -> Option<Bytes> {
+    use serde_amqp::Value;
+    let g = match link_property(a, "x-opt-kubemq-group")? {
+        Value::String(s) => s.as_str(),
+        Value::Symbol(s) => s.0.as_str(),
+        _ => return None,
+    };
+    (!g.is_empty()).then(|| Bytes::copy_from_slice(g.as_bytes()))
+}
+
 /// The link property `x-opt-kubemq-start` of an Events-Store consumer (§3.8): `new-only`
 /// (or absent), `first`, `last`, `sequence:<n>`, `time:<RFC3339|unix seconds>`,
 /// `time-delta:<seconds>` — the vocabulary of STOMP's `x-kubemq-start`.
-fn start_hint(a: &Attach, now_ns: i64) -> Result<StartAt, AmqpError> {
+fn start_hint(a: &Attach, now_ns: i64) -> Result<Option<StartAt>, AmqpError> {
     use serde_amqp::Value;
-    let value = a.properties.as_ref().and_then(|p| p.iter().find(|(k, _)| k.0 == "x-opt-kubemq-start").map(|(_, v)| v));
-    match value {
-        None => Ok(StartAt::NewOnly),
-        Some(Value::String(v)) => crate::session::start::parse_start(v.as_bytes(), now_ns).ok_or(AmqpError::InvalidField),
-        Some(Value::Symbol(v)) => crate::session::start::parse_start(v.0.as_bytes(), now_ns).ok_or(AmqpError::InvalidField),
+    let parse = |v: &str| crate::session::start::parse_start(v.as_bytes(), now_ns).map(Some).ok_or(AmqpError::InvalidField);
+    match link_property(a, "x-opt-kubemq-start") {
+        None => Ok(None),
+        Some(Value::String(v)) if v.is_empty() => Ok(None),
+        Some(Value::String(v)) => parse(v),
+        Some(Value::Symbol(v)) => parse(&v.0),
         Some(_) => Err(AmqpError::InvalidField),
     }
 }
@@ -1295,6 +1436,58 @@ fn start_hint(a: &Attach, now_ns: i64) -> Result<StartAt, AmqpError> {
 fn sanitized_client_id(container_id: &str) -> Option<Bytes> {
     let id: String = container_id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(256).collect();
     (!id.is_empty()).then(|| Bytes::from(id))
+}
+
+/// Whether a source filter entry is a selector (§3.8): key `apache.org:selector-filter:string`
+/// or `jms-selector` (Qpid JMS), or any key (proton names it `selector`) whose value is
+/// described as `apache.org:selector-filter:string` (code 0x0000468C:0x00000004).
+fn is_selector(key: &Symbol, value: &serde_amqp::Value) -> bool {
+    use serde_amqp::descriptor::Descriptor;
+    matches!(key.0.as_str(), "apache.org:selector-filter:string" | "jms-selector")
+        || matches!(value, serde_amqp::Value::Described(d) if match &d.descriptor {
+            Descriptor::Name(n) => n.0 == "apache.org:selector-filter:string",
+            Descriptor::Code(c) => *c == 0x0000_468C_0000_0004,
+        })
+}
+
+/// The selector filter of a receiver's source ([`is_selector`]): its text (a described or
+/// plain string), `Err` for another value type; None without one.
+fn selector_text(a: &Attach) -> Option<Result<&str, &'static str>> {
+    use serde_amqp::Value;
+    let filter = a.source.as_ref()?.filter.as_ref()?;
+    let (_, v) = filter.iter().find(|(k, v)| is_selector(k, v))?;
+    let v = match v {
+        Value::Described(d) => &d.value,
+        v => v,
+    };
+    Some(match v {
+        Value::String(s) => Ok(s.as_str()),
+        _ => Err("selector filter is not a string"),
+    })
+}
+
+/// What a selector's identifiers name in a message: its tags (the application properties,
+/// as text), and JMSMessageID, JMSCorrelationID and JMSTimestamp (ms).
+struct Props<'a>(&'a Message);
+
+impl selector::Lookup for Props<'_> {
+    fn lookup(&self, name: &str) -> Option<selector::Val> {
+        let tag = |key: &[u8]| self.0.tags.0.iter().find(|(k, _)| k.as_ref() == key).map(|(_, v)| selector::Val::Str(String::from_utf8_lossy(v).into_owned()));
+        match name {
+            "JMSMessageID" => Some(selector::Val::Str(String::from_utf8_lossy(&self.0.id).into_owned())),
+            "JMSCorrelationID" => tag(mapping::CORRELATION_ID),
+            "JMSTimestamp" => Some(selector::Val::Int(self.0.timestamp_ns / 1_000_000)),
+            _ => tag(name.as_bytes()),
+        }
+    }
+}
+
+/// An error of the closed set with a description of ours (fixed text, never client input),
+/// cut to 512 bytes as §3.3 asks.
+fn error_described(cond: AmqpError, why: &'static str) -> definitions::Error {
+    let mut e = error(cond);
+    e.description = Some(why.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(512).collect());
+    e
 }
 
 /// An error of the closed set, with its fixed description.

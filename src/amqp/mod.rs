@@ -5,10 +5,12 @@
 //! core's [`crate::engine::endpoint::Endpoint`] in [`serve`], accepted on `--amqp-addr`.
 //! What works and what does not yet is listed in `machine`'s doc and README's "AMQP 1.0".
 pub mod address;
+pub mod durable;
 pub mod error;
 pub mod frame;
 pub mod machine;
 pub mod mapping;
+pub mod selector;
 pub mod serve;
 
 pub use address::{

@@ -123,12 +123,12 @@ impl AmqpConn {
     /// unregisters it (its request mailbox then closes, which ends the feeding task).
     fn responder(&self, core: &Rc<Core>, op: ResponderOp) {
         match op {
-            ResponderOp::Register { sub, pattern, channel } => {
+            ResponderOp::Register { sub, pattern, channel, group } => {
                 let owner = crate::mesh::topology::owner_of(pattern, &channel, core.cores);
                 let responder_id = crate::mesh::confirm::next_external_conn().0;
                 let (requests, rx) = Mailbox::<RpcRequest>::new();
                 self.responders.borrow_mut().insert(sub, (pattern, channel.clone(), responder_id));
-                core.dispatch(owner, CoreMsg::RegisterResponder { pattern, channel, responder_id, group: None, requests });
+                core.dispatch(owner, CoreMsg::RegisterResponder { pattern, channel, responder_id, group, requests });
                 let (me, core) = (self.me.clone(), Rc::clone(core));
                 glommio::spawn_local(async move {
                     while let Ok(req) = rx.recv_async().await {
@@ -242,6 +242,8 @@ fn settings(core: &Core, conn: ConnId, external_identity: Option<Bytes>) -> Sett
         responders: c.array == ArrayMode::Embedded,
         max_links_per_session: c.amqp_max_links_per_session,
         external_identity,
+        durable: std::sync::Arc::clone(&core.shared.amqp_durable),
+        incoming_window: super::machine::INCOMING_WINDOW,
     }
 }
 

@@ -19,6 +19,9 @@ pub struct Shared {
     /// Open AMQP 1.0 connections: what `--amqp-max-connections` limits (touched at accept and
     /// close only).
     pub amqp_connections: AtomicUsize,
+    /// Durable AMQP Events-Store identities: live or not, and the last sequence delivered to
+    /// each (touched at those links' attach and detach only; see `amqp::durable`).
+    pub amqp_durable: Arc<crate::amqp::durable::Registry>,
 }
 
 impl Shared {

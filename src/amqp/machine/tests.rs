@@ -857,7 +857,7 @@ fn a_responder_registers_gets_requests_with_a_responses_token_and_answers_throug
     let mut p = Peer::opened(Settings::default());
     let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "commands/svc")), &[]);
     let sub = match &out.responders[..] {
-        [ResponderOp::Register { sub, pattern: Pattern::Commands, channel }] if *channel == Channel::from_static("svc") => *sub,
+        [ResponderOp::Register { sub, pattern: Pattern::Commands, channel, group: None }] if *channel == Channel::from_static("svc") => *sub,
         other => panic!("{other:?}"),
     };
     p.send(0, Performative::Flow(credit(1, 10, false)), &[]);
@@ -1024,4 +1024,190 @@ fn the_idle_time_out_closes_with_resource_limit_exceeded_and_heartbeats_are_empt
     let mut out = Out::default();
     p.m.heartbeat(&mut out);
     assert!(out.write.is_empty(), "nothing is written once closed");
+}
+
+// ---- consumer groups, durable Events-Store identities, selectors (§3.8) ----
+
+fn with_props(mut a: Attach, props: &[(&str, &str)]) -> Attach {
+    let mut f = a.properties.take().unwrap_or_default();
+    for (k, v) in props {
+        f.insert(Symbol::from(*k), serde_amqp::Value::String((*v).into()));
+    }
+    a.properties = Some(f);
+    a
+}
+
+#[test]
+fn a_group_link_property_is_the_subscription_and_responder_group() {
+    let mut p = Peer::opened(Settings::default());
+    for (handle, addr, pattern) in [(1, "events/e", Pattern::Events), (2, "events-store/s", Pattern::EventsStore)] {
+        let out = p.send(0, Performative::Attach(with_props(attach(handle, Role::Receiver, addr), &[("x-opt-kubemq-group", "g1")])), &[]);
+        match &out.ops[..] {
+            [(ArrayOp::Subscribe { pattern: got, group: Some(g), .. }, None)] => {
+                assert_eq!(*got, pattern);
+                assert_eq!(&g[..], b"g1");
+            }
+            other => panic!("{addr}: {other:?}"),
+        }
+    }
+    // An empty group is no group.
+    let out = p.send(0, Performative::Attach(with_props(attach(3, Role::Receiver, "events/e"), &[("x-opt-kubemq-group", "")])), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { group: None, .. }, None)]), "{:?}", out.ops);
+    let out = p.send(0, Performative::Attach(with_props(attach(4, Role::Receiver, "commands/svc"), &[("x-opt-kubemq-group", "workers")])), &[]);
+    assert!(matches!(&out.responders[..], [ResponderOp::Register { group: Some(g), .. }] if &g[..] == b"workers"), "{:?}", out.responders);
+}
+
+fn durable_attach(handle: u32, name: &str, start: Option<&str>) -> Attach {
+    let mut a = store_attach(handle, start);
+    a.name = name.into();
+    if let Some(s) = a.source.as_mut() {
+        s.expiry_policy = fe2o3_amqp_types::messaging::TerminusExpiryPolicy::Never;
+    }
+    a
+}
+
+fn seq_msg(seq: u64) -> Arc<Message> {
+    Arc::new(Message { sequence: seq, ..(*queue_msg(b"s")).clone() })
+}
+
+#[test]
+fn a_durable_identity_is_live_once_and_resumes_after_its_last_delivered_sequence() {
+    let registry: Arc<durable::Registry> = Arc::default();
+    let s = Settings { durable: Arc::clone(&registry), ..Settings::default() };
+    let mut p = Peer::opened(s.clone());
+    let out = p.send(0, Performative::Attach(durable_attach(1, "audit-sub", Some("first"))), &[]);
+    let [(ArrayOp::Subscribe { sub, start: StartAt::First, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    let sub = *sub;
+    p.send(0, Performative::Flow(credit(1, 10, false)), &[]);
+    p.performatives();
+    // The same identity from a second connection (same container-id "client"): not allowed.
+    let mut q = Peer::opened(s.clone());
+    let out = q.send(0, Performative::Attach(durable_attach(1, "audit-sub", None)), &[]);
+    assert!(out.ops.is_empty(), "{:?}", out.ops);
+    assert!(matches!(&q.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-allowed"));
+    // Another link name is another identity; a non-durable link on the same name is not one.
+    let out = q.send(0, Performative::Attach(store_attach(2, None)), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { start: StartAt::NewOnly, .. }, None)]));
+    // Three delivered, one waiting for credit (not delivered): resume after 3.
+    let mut out = Out::default();
+    for seq in [1, 2, 3] {
+        assert!(p.m.deliver_event(sub, &seq_msg(seq), &mut out));
+    }
+    p.send(0, Performative::Flow(Flow { delivery_count: Some(3), ..credit(1, 0, false) }), &[]);
+    assert!(p.m.deliver_event(sub, &seq_msg(4), &mut out));
+    p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
+    let out = q.send(0, Performative::Attach(durable_attach(3, "audit-sub", None)), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { start: StartAt::Sequence(4), .. }, None)]), "{:?}", out.ops);
+    // After the connection goes, an explicit start wins over the resume point.
+    let mut out = Out::default();
+    q.m.release(&mut out);
+    let mut r = Peer::opened(s);
+    let out = r.send(0, Performative::Attach(durable_attach(1, "audit-sub", Some("last"))), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { start: StartAt::Last, .. }, None)]), "{:?}", out.ops);
+}
+
+fn selector_attach(handle: u32, addr: &str, key: &str, text: &str) -> Attach {
+    let mut a = attach(handle, Role::Receiver, addr);
+    let mut filter = fe2o3_amqp_types::messaging::FilterSet::new();
+    let described = serde_amqp::described::Described {
+        descriptor: serde_amqp::descriptor::Descriptor::Code(0x0000_468C_0000_0004),
+        value: serde_amqp::Value::String(text.into()),
+    };
+    filter.insert(Symbol::from(key), serde_amqp::Value::Described(Box::new(described)));
+    if let Some(s) = a.source.as_mut() {
+        s.filter = Some(filter);
+    }
+    a
+}
+
+fn tagged(tags: &[(&'static str, &'static str)]) -> Arc<Message> {
+    let tags = Tags(tags.iter().map(|(k, v)| (Bytes::from_static(k.as_bytes()), Bytes::from_static(v.as_bytes()))).collect());
+    Arc::new(Message { tags, ..(*queue_msg(b"t")).clone() })
+}
+
+#[test]
+fn a_selector_filters_at_delivery_without_using_credit_and_is_echoed() {
+    let mut p = Peer::opened(Settings::default());
+    let out = p.send(0, Performative::Attach(selector_attach(1, "events/e", "apache.org:selector-filter:string", "color = 'blue' AND size > 10")), &[]);
+    let [(ArrayOp::Subscribe { sub, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    let sub = *sub;
+    match &p.performatives()[..] {
+        [Performative::Attach(reply)] => {
+            let f = reply.source.as_ref().and_then(|s| s.filter.as_ref()).expect("echoed filter");
+            assert!(f.keys().any(|k| k.0 == "apache.org:selector-filter:string"));
+        }
+        other => panic!("{other:?}"),
+    }
+    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    let mut out = Out::default();
+    assert!(p.m.deliver_event(sub, &tagged(&[("color", "red"), ("size", "20")]), &mut out));
+    assert!(p.m.deliver_event(sub, &tagged(&[("color", "blue")]), &mut out));
+    assert!(out.write.is_empty(), "no match: nothing sent");
+    assert!(p.m.deliver_event(sub, &tagged(&[("color", "blue"), ("size", "11")]), &mut out));
+    p.got.extend_from_slice(&out.write);
+    assert!(matches!(&p.performatives()[..], [Performative::Transfer(_)]), "the one credit went to the match");
+    // The alias on events-store; a bad one is refused with invalid-field and a description.
+    let out = p.send(0, Performative::Attach(selector_attach(2, "events-store/s", "jms-selector", "a IN ('x')")), &[]);
+    assert_eq!(out.ops.len(), 1);
+    p.performatives();
+    let out = p.send(0, Performative::Attach(selector_attach(3, "events/e", "jms-selector", "color = ")), &[]);
+    assert!(out.ops.is_empty());
+    match &p.performatives()[..] {
+        [Performative::Attach(_), Performative::Detach(d)] => {
+            assert_eq!(condition(&d.error), "amqp:invalid-field");
+            assert!(d.error.as_ref().and_then(|e| e.description.as_deref()).is_some_and(|t| t.contains("selector")));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Queues keep refusing selectors.
+    p.send(0, Performative::Attach(selector_attach(4, "queues/q", "jms-selector", "a = 1")), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-implemented"));
+}
+
+#[test]
+fn a_selector_is_recognized_by_its_descriptor_under_any_key() {
+    let mut p = Peer::opened(Settings::default());
+    let mut a = attach(1, Role::Receiver, "queues/q");
+    let mut filter = fe2o3_amqp_types::messaging::FilterSet::new();
+    let described = serde_amqp::described::Described {
+        descriptor: serde_amqp::descriptor::Descriptor::Name(Symbol::from("apache.org:selector-filter:string")),
+        value: serde_amqp::Value::String("a = ".into()),
+    };
+    filter.insert(Symbol::from("selector"), serde_amqp::Value::Described(Box::new(described)));
+    a.source.as_mut().unwrap().filter = Some(filter.clone());
+    p.send(0, Performative::Attach(a), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-implemented"));
+    let mut a = attach(2, Role::Receiver, "events/e");
+    a.source.as_mut().unwrap().filter = Some(filter);
+    p.send(0, Performative::Attach(a), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:invalid-field"));
+}
+
+#[test]
+fn a_peer_past_the_incoming_window_ends_the_session_and_a_well_behaved_one_is_replenished() {
+    let mut p = Peer::opened(Settings { incoming_window: 4, ..Settings::default() });
+    p.send(0, Performative::Attach(attach(0, Role::Sender, "events/e")), &[]);
+    p.performatives();
+    let body = mapping::encode(b"m", b"x", &Default::default());
+    let session_flows = |ps: &[Performative]| ps.iter().filter(|f| matches!(f, Performative::Flow(f) if f.handle.is_none())).count();
+    // One read batch at a time, within the window: a session FLOW re-opens it at half.
+    for (id, want_flow) in [(0, false), (1, true), (2, false), (3, true), (4, false)] {
+        p.send(0, Performative::Transfer(transfer(0, id, true, false)), &body);
+        let ps = p.performatives();
+        assert_eq!(session_flows(&ps), usize::from(want_flow), "transfer {id}: {ps:?}");
+        if want_flow {
+            assert!(ps.iter().any(|f| matches!(f, Performative::Flow(f) if f.incoming_window == 4 && f.next_incoming_id == Some(id + 1))), "{ps:?}");
+        }
+    }
+    // Window left: 3. Four more in one batch: the fourth is past it.
+    let mut batch = BytesMut::new();
+    for id in 5..9 {
+        write_amqp(&mut batch, 0, &Performative::Transfer(transfer(0, id, true, false)), &body);
+    }
+    let out = p.feed(&batch);
+    assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Publish { .. })).count(), 3);
+    match &p.performatives()[..] {
+        [Performative::End(e)] => assert_eq!(condition(&e.error), "amqp:session:window-violation"),
+        other => panic!("{other:?}"),
+    }
 }
