@@ -3,10 +3,10 @@
 //! name, [`identity`]. One live attach per identity in this gateway process, and a re-attach
 //! (after a DETACH or a reconnect) resumes after the last sequence delivered to it.
 //!
-//! Node-local, as KubeMQ's: the [`Registry`] lives in the process's shared state and is lost
+//! Node-local, as KubeMQ's: the [`Registry`] (in `engine`, as it lives in the process's shared
+//! state the cores hold) is lost
 //! with the process (a restart starts every identity anew, from its `x-opt-kubemq-start`).
-use ahash::AHashMap;
-use std::sync::Mutex;
+pub use crate::engine::identities::Registry;
 
 /// `sanitize40(containerID) + "_" + sanitize40(linkName) + "_" + fnv1a32hex(containerID + "|" +
 /// linkName)` (§3.8).
@@ -30,44 +30,6 @@ pub fn fnv1a32(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5u32, |h, &b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Entry {
-    live: bool,
-    /// The last Events-Store sequence delivered to this identity (0: none yet).
-    last_seq: u64,
-}
-
-/// The process's durable identities. A connection lives on one core, but the same identity may
-/// attach from a connection on any core, so the registry is process-wide. A mutex is enough:
-/// it is taken only at ATTACH and DETACH (and connection close) of durable links, never per
-/// message — the link counts its last delivered sequence itself and hands it back here when
-/// it ends.
-#[derive(Debug, Default)]
-pub struct Registry(Mutex<AHashMap<String, Entry>>);
-
-impl Registry {
-    /// Marks `id` live. `None` if it already is (a second live attach: `amqp:not-allowed`);
-    /// else the last sequence delivered to it before (0: none).
-    pub fn attach(&self, id: &str) -> Option<u64> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let e = map.entry(id.to_string()).or_default();
-        if e.live {
-            return None;
-        }
-        e.live = true;
-        Some(e.last_seq)
-    }
-
-    /// The link of `id` ended, having delivered up to `last_seq`.
-    pub fn detach(&self, id: &str, last_seq: u64) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = map.get_mut(id) {
-            e.live = false;
-            e.last_seq = e.last_seq.max(last_seq);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,16 +46,5 @@ mod tests {
         assert_eq!(sanitize40("a.b-c_d:e"), "a.b-c_d_e");
         // Sanitized alike, told apart by the hash.
         assert_ne!(identity("a:b", "l"), identity("a;b", "l"));
-    }
-
-    #[test]
-    fn one_live_attach_per_identity_and_the_last_sequence_survives_a_detach() {
-        let r = Registry::default();
-        assert_eq!(r.attach("i"), Some(0));
-        assert_eq!(r.attach("i"), None, "second live attach");
-        r.detach("i", 7);
-        assert_eq!(r.attach("i"), Some(7));
-        r.detach("i", 3);
-        assert_eq!(r.attach("i"), Some(7), "never goes back");
     }
 }

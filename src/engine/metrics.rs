@@ -21,7 +21,7 @@ pub struct Shared {
     pub amqp_connections: AtomicUsize,
     /// Durable AMQP Events-Store identities: live or not, and the last sequence delivered to
     /// each (touched at those links' attach and detach only; see `amqp::durable`).
-    pub amqp_durable: Arc<crate::amqp::durable::Registry>,
+    pub amqp_durable: Arc<super::identities::Registry>,
 }
 
 impl Shared {

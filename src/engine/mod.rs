@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod durable;
 pub mod endpoint;
 pub mod event;
+pub mod identities;
 pub mod metrics;
 
 use crate::array::{Outbox, Shard};
