@@ -2,7 +2,7 @@
 //!
 //! Every gRPC delivery (`EventReceive`, `QueueMessage`, `Request`, `Response`) and every egress
 //! publish converts a message's tags to the wire and encodes them; every gRPC ingress decodes
-//! and converts back. stompgate writes them as explicit `TagsEntry`s (`proto/kubemq.proto`:
+//! and converts back. stompgate writes them as explicit `TagsEntry`s (`build.rs`:
 //! an empty value must still be written). The baseline, from the same run, is what the
 //! generated `map<string, string>` field needed: a `HashMap<String, String>` built per message
 //! and prost's map encoding (same bytes on the wire, except that it leaves empty values out).

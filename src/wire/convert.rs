@@ -21,7 +21,7 @@ pub fn channel_of(name: &str) -> Channel {
 }
 
 /// One `map<string, string>` entry as stompgate writes it: key and value both present, so an
-/// empty value is still on the wire (see `TagsEntry` in `proto/kubemq.proto` for why).
+/// empty value is still on the wire (see `build.rs` for why).
 pub fn entry(key: String, value: String) -> pb::TagsEntry {
     pb::TagsEntry { key: Some(key), value: Some(value) }
 }

@@ -8,7 +8,8 @@
 pub mod convert;
 pub mod kind;
 
-/// Types, server and client generated from `proto/kubemq.proto` by `build.rs`.
+/// Types, server and client generated from `proto/kubemq.proto` by `build.rs` (each
+/// `map<string, string>` compiled as a `repeated TagsEntry`; build.rs says why).
 #[allow(clippy::all, clippy::pedantic, missing_docs, non_camel_case_types)]
 pub mod pb {
     tonic::include_proto!("kubemq");
