@@ -248,3 +248,9 @@ pub fn auth_failure(transport: &'static str) {
 pub fn authz_denial(transport: &'static str) {
     counter!("stompgate_authz_denials_total", "transport" => transport).increment(1);
 }
+
+/// One client refused at a limit (`limit`: which one, as `WireError::limit` names it; the
+/// connection is closed with its ERROR). Rare by nature, so counted where it happens.
+pub fn limit_refusal(transport: &'static str, limit: &'static str) {
+    counter!("stompgate_limit_refusals_total", "transport" => transport, "limit" => limit).increment(1);
+}

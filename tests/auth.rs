@@ -87,6 +87,10 @@ fn hs256_tokens_valid_and_every_bad_case() {
         ("nbf in the future", hs256(serde_json::json!({"sub": "x", "exp": t + 7200, "nbf": t + 3600}))),
         ("alg none", none_alg),
         ("garbage", "garbage".to_string()),
+        // Valid, but naming nobody: the identity would otherwise come from `login`, which the
+        // client chooses (and with it whose --authz-file rules apply).
+        ("no ClientID or sub", hs256(serde_json::json!({"exp": t + 3600}))),
+        ("an empty ClientID and no sub", hs256(serde_json::json!({"ClientID": "", "exp": t + 3600}))),
     ];
     for (case, token) in &bad {
         let (c, f) = connect(&server, "display", token);
@@ -126,6 +130,55 @@ fn rs256_and_es256_tokens() {
     let forged = encode(&Header::new(Algorithm::ES256), &claims, &EncodingKey::from_ec_pem(other.serialize_pem().as_bytes()).unwrap()).unwrap();
     let (c, f) = connect(&server, "", &forged);
     assert_denied(c, &f, "ES256 signed by another key");
+}
+
+/// Every algorithm `--auth-jwt-alg` names accepts a token signed with the configured key and
+/// refuses one signed with another key of the same kind.
+#[test]
+fn every_configured_algorithm_accepts_its_key_and_refuses_another() {
+    let claims = serde_json::json!({"ClientID": "svc", "exp": now() + 600});
+    let rsa_private = include_bytes!("data/jwt-rs256.key");
+    let rsa_public = include_bytes!("data/jwt-rs256.pub");
+    let p256 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let p384 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).unwrap();
+    let other_p256 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let other_p384 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).unwrap();
+    let other_secret = EncodingKey::from_secret(b"another secret");
+    // (configured, algorithm, the key file the gateway verifies with, signing key, a wrong key)
+    let cases: Vec<(JwtAlg, Algorithm, Vec<u8>, EncodingKey, EncodingKey)> = vec![
+        (JwtAlg::HS256, Algorithm::HS256, SECRET.to_vec(), EncodingKey::from_secret(SECRET), other_secret.clone()),
+        (JwtAlg::HS384, Algorithm::HS384, SECRET.to_vec(), EncodingKey::from_secret(SECRET), other_secret.clone()),
+        (JwtAlg::HS512, Algorithm::HS512, SECRET.to_vec(), EncodingKey::from_secret(SECRET), other_secret),
+        (JwtAlg::RS256, Algorithm::RS256, rsa_public.to_vec(), EncodingKey::from_rsa_pem(rsa_private).unwrap(), EncodingKey::from_secret(rsa_public)),
+        (JwtAlg::RS384, Algorithm::RS384, rsa_public.to_vec(), EncodingKey::from_rsa_pem(rsa_private).unwrap(), EncodingKey::from_secret(rsa_public)),
+        (JwtAlg::RS512, Algorithm::RS512, rsa_public.to_vec(), EncodingKey::from_rsa_pem(rsa_private).unwrap(), EncodingKey::from_secret(rsa_public)),
+        (
+            JwtAlg::ES256,
+            Algorithm::ES256,
+            p256.public_key_pem().into_bytes(),
+            EncodingKey::from_ec_pem(p256.serialize_pem().as_bytes()).unwrap(),
+            EncodingKey::from_ec_pem(other_p256.serialize_pem().as_bytes()).unwrap(),
+        ),
+        (
+            JwtAlg::ES384,
+            Algorithm::ES384,
+            p384.public_key_pem().into_bytes(),
+            EncodingKey::from_ec_pem(p384.serialize_pem().as_bytes()).unwrap(),
+            EncodingKey::from_ec_pem(other_p384.serialize_pem().as_bytes()).unwrap(),
+        ),
+    ];
+    for (configured, alg, key_file, good_key, wrong_key) in cases {
+        let key = TempFile::new(&format!("{configured:?}").to_lowercase(), &key_file);
+        let server = server_with(Some((&key, configured)), None);
+        let good = encode(&Header::new(alg), &claims, &good_key).unwrap();
+        let (_c, f) = connect(&server, "", &good);
+        assert_eq!(f.command, "CONNECTED", "{configured:?}: {:?}", String::from_utf8_lossy(&f.raw));
+        // RS*: the wrong key is an HS256 token keyed by the public key (key confusion).
+        let wrong_alg = if matches!(alg, Algorithm::RS256 | Algorithm::RS384 | Algorithm::RS512) { Algorithm::HS256 } else { alg };
+        let forged = encode(&Header::new(wrong_alg), &claims, &wrong_key).unwrap();
+        let (c, f) = connect(&server, "", &forged);
+        assert_denied(c, &f, &format!("{configured:?} signed by another key"));
+    }
 }
 
 const RULES: &str = r#"[

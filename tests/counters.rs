@@ -5,6 +5,7 @@
 mod common;
 
 mod grpc_subscriber_drops_counted;
+mod limit_refusals_counted;
 mod queue_depth_gauge;
 mod queue_refusals_counted;
 mod remote_array_down;

@@ -5,9 +5,11 @@
 //! hint never echoes the client's bytes: every bad value below carries the marker `ZQX` and
 //! no body may contain it.
 //!
-//! Not driven here: `server shutting down` (tests/shutdown.rs), `internal error` (only a bug
-//! reaches it), `access denied` (tests/auth.rs), and the budget errors whose bodies
-//! tests/memory_budgets.rs pins (transaction frames, transactions, subscriptions, queue full).
+//! Not driven here, each body pinned where its path is driven: `server shutting down`
+//! (tests/shutdown.rs), `access denied` (tests/auth.rs), the budget errors (transaction
+//! frames, transactions, subscriptions, queue full, partial frames: tests/memory_budgets.rs),
+//! `--rpc-max-pending` (tests/rpc.rs), a full store (tests/persistence.rs). `internal error`
+//! (only a bug reaches it) and every other hint are unit-tested in src/stomp/error.rs.
 use crate::common;
 use common::props::*;
 use common::*;
@@ -218,6 +220,6 @@ fn limits_from_the_configuration_are_named_with_their_values() {
     // One connection allowed: the second CONNECT is refused, saying which limit.
     let server = TestServer::start_with(|cfg| cfg.max_connections = 1);
     let _held = server.connected();
-    let refused = case("over --max-connections", Start::Fresh, f("CONNECT", &[("accept-version", "1.2")]), "too many connections", &["--max-connections"]);
+    let refused = case("over --max-connections", Start::Fresh, f("CONNECT", &[("accept-version", "1.2")]), "too many connections", &["--max-connections (1)"]);
     run(&server, &refused);
 }

@@ -63,7 +63,7 @@ fn frames_held_in_one_transaction_are_capped_at_the_default_10000() {
     for _ in 0..10_001 {
         frames.extend(frame_bytes("SEND", &[("destination", &q), ("transaction", "t")], b"x"));
     }
-    pipeline_then_refused(&mut c, &frames, "the transaction holds too many frames");
+    pipeline_then_refused(&mut c, &frames, "the transaction holds too many frames: --max-tx-frames (10000)");
     // Nothing held reached the queue: the transaction died with the connection.
     let mut r = server.connected();
     assert!(r.subscribe_expect("r", &q, &[], 0).is_empty());
@@ -81,7 +81,7 @@ fn a_transaction_at_a_small_cap_refuses_the_next_frame_with_its_receipt() {
     c.send("SEND", &[("destination", &t), ("transaction", "t"), ("receipt", "over")], b"3");
     let err = c.expect_error_then_close("too many pending requests");
     assert_eq!(err.header("receipt-id"), Some("over"), "{err:?}");
-    assert_eq!(err.body_str(), "the transaction holds too many frames");
+    assert_eq!(err.body_str(), "the transaction holds too many frames: --max-tx-frames (2)");
 }
 
 #[test]
@@ -92,7 +92,7 @@ fn open_transactions_are_capped_at_the_default_1000() {
     for i in 0..1_001 {
         frames.extend(frame_bytes("BEGIN", &[("transaction", &format!("t{i}"))], b""));
     }
-    pipeline_then_refused(&mut c, &frames, "too many open transactions");
+    pipeline_then_refused(&mut c, &frames, "too many open transactions: --max-transactions (1000)");
     canary_round_trip(server.connected());
 }
 
@@ -107,7 +107,7 @@ fn ending_transactions_frees_their_slots() {
     }
     c.send_sync("BEGIN", &[("transaction", "a")], b"");
     c.send("BEGIN", &[("transaction", "b")], b"");
-    assert_eq!(c.expect_error_then_close("too many pending requests").body_str(), "too many open transactions");
+    assert_eq!(c.expect_error_then_close("too many pending requests").body_str(), "too many open transactions: --max-transactions (1)");
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn subscriptions_are_capped_at_the_default_10000() {
     for i in 0..10_001 {
         frames.extend(frame_bytes("SUBSCRIBE", &[("id", &i.to_string()), ("destination", &format!("/topic/{prefix}.{i}"))], b""));
     }
-    pipeline_then_refused(&mut c, &frames, "too many subscriptions");
+    pipeline_then_refused(&mut c, &frames, "too many subscriptions: --max-subscriptions (10000)");
     canary_round_trip(server.connected());
 }
 
@@ -135,7 +135,7 @@ fn unsubscribing_frees_a_subscription_slot() {
     c.send("SUBSCRIBE", &[("id", "4"), ("destination", &t), ("receipt", "over")], b"");
     let err = c.expect_error_then_close("too many pending requests");
     assert_eq!(err.header("receipt-id"), Some("over"));
-    assert_eq!(err.body_str(), "too many subscriptions");
+    assert_eq!(err.body_str(), "too many subscriptions: --max-subscriptions (2)");
 }
 
 /// The built gateway as a child process, so its RSS is its own (the test process is shared by
@@ -245,11 +245,27 @@ fn bodies_without_content_length_are_cut_off_by_the_partial_frame_budget_and_rss
     assert!(grown < 128 * MIB, "RSS grew by {} MiB (baseline {} MiB, peak {} MiB)", grown / MIB, baseline / MIB, peak / MIB);
     for (i, s) in said.iter().enumerate() {
         assert!(s.contains("ERROR\nmessage:frame too large\n"), "abuser {i} was not refused with frame too large: {s:?}");
+        assert!(s.contains(&format!("frames still arriving on this core exceed --partial-frames-budget ({BUDGET} bytes)")), "abuser {i}: {s:?}");
     }
     gw.canary();
 }
 
 // ---- Queue depth limit (messages and bytes): a SEND over it is refused ----
+
+const DEFAULT_QUEUE_MAX_MESSAGES: usize = 1_000_000;
+const DEFAULT_QUEUE_MAX_BYTES: usize = 1024 * MIB;
+
+/// The ERROR body of a SEND refused at a queue's depth limit: the embedded array names its two
+/// limits with their values; a remote array's limits are its own, so through one (`remote`:
+/// a TestServer pair; a spawned child gateway is always embedded) the hint says only that the
+/// array refused it.
+fn queue_full_hint(remote: bool, max_messages: usize, max_bytes: usize) -> String {
+    if remote {
+        "the queue is full: the array refused it at its depth limit".to_string()
+    } else {
+        format!("the queue is full: --queue-max-messages ({max_messages}) or --queue-max-bytes ({max_bytes} bytes)")
+    }
+}
 
 #[test]
 fn a_receipted_send_over_the_queue_message_limit_is_refused_with_queue_full() {
@@ -264,7 +280,7 @@ fn a_receipted_send_over_the_queue_message_limit_is_refused_with_queue_full() {
     let err = p.expect_error_then_close("too many pending requests");
     assert!(t0.elapsed() < Duration::from_secs(2), "refusal took {:?}", t0.elapsed());
     assert_eq!(err.header("receipt-id"), Some("over"), "{err:?}");
-    assert_eq!(err.body_str(), "the queue is full");
+    assert_eq!(err.body_str(), queue_full_hint(common::remote_array(), 3, DEFAULT_QUEUE_MAX_BYTES));
     // Exactly what fitted is queued.
     let mut c = server.connected();
     assert_eq!(bodies(&c.subscribe_expect("c", &q, &[], 3)), ["1", "2", "3"]);
@@ -286,7 +302,7 @@ fn the_queue_byte_limit_counts_bodies_and_acks_make_room() {
     c.send_sync("UNSUBSCRIBE", &[("id", "c")], b"");
     p.send_sync("SEND", &[("destination", &q)], b"abcdefghij");
     p.send("SEND", &[("destination", &q), ("receipt", "over")], b"k");
-    assert_eq!(p.expect_error_then_close("too many pending requests").body_str(), "the queue is full");
+    assert_eq!(p.expect_error_then_close("too many pending requests").body_str(), queue_full_hint(common::remote_array(), DEFAULT_QUEUE_MAX_MESSAGES, 10));
 }
 
 #[test]
@@ -356,7 +372,7 @@ fn a_queue_nobody_consumes_stays_within_its_byte_limit_and_rss_stays_bounded() {
         p.send("SEND", &[("destination", &dest), ("receipt", "after")], b"x");
         let err = p.expect_error_then_close("too many pending requests");
         assert_eq!(err.header("receipt-id"), Some("after"));
-        assert_eq!(err.body_str(), "the queue is full");
+        assert_eq!(err.body_str(), queue_full_hint(false, DEFAULT_QUEUE_MAX_MESSAGES, LIMIT));
     });
     let peak = peak_rss_while(&gw, || flood.is_finished());
     assert!(t0.elapsed() < ABUSE_DEADLINE, "flood took {:?}", t0.elapsed());

@@ -38,8 +38,9 @@ fn get(addr: SocketAddr, path: &str) -> String {
     exchange(addr, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n"))
 }
 
+/// `GET /metrics` and the operator views answer; any other path is 404, another method 405.
 #[test]
-fn only_get_metrics_answers() {
+fn only_get_on_the_served_paths_answers() {
     let (_gw, addr) = gateway_with_metrics();
     let ok = get(addr, "/metrics");
     assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
@@ -50,10 +51,17 @@ fn only_get_metrics_answers() {
         assert!(r.starts_with("HTTP/1.1 404"), "{path}: {r}");
         assert!(!r.contains("stompgate_"), "{path} leaked metrics: {r}");
     }
-    for method in ["POST", "PUT", "DELETE"] {
-        let r = exchange(addr, &format!("{method} /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"));
-        assert!(r.starts_with("HTTP/1.1 405"), "{method}: {r}");
-        assert!(r.to_ascii_lowercase().contains("allow: get"), "{method}: {r}");
+    for path in ["/api/channels", "/api/stomp/connections"] {
+        let r = get(addr, path);
+        assert!(r.starts_with("HTTP/1.1 200"), "{path}: {r}");
+        assert!(r.to_ascii_lowercase().contains("content-type: application/json"), "{path}: {r}");
+    }
+    for path in ["/metrics", "/api/channels", "/api/stomp/connections"] {
+        for method in ["POST", "PUT", "DELETE"] {
+            let r = exchange(addr, &format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"));
+            assert!(r.starts_with("HTTP/1.1 405"), "{method} {path}: {r}");
+            assert!(r.to_ascii_lowercase().contains("allow: get"), "{method} {path}: {r}");
+        }
     }
     // Not HTTP at all: an error status or a close, never metrics.
     let r = exchange(addr, "HELLO\r\n\r\n");
@@ -243,12 +251,23 @@ fn channels_view_lists_each_pattern_and_channel_with_its_counts() {
             .unwrap_or_else(|| panic!("no {pattern} {u}: {doc}"))
     };
     let q = find("queues");
-    assert_eq!((q["waiting"].as_u64(), q["subscribers"].as_u64(), q["messages"].as_u64()), (Some(2), Some(0), Some(2)), "{q}");
+    assert_eq!((q["waiting"].as_u64(), q["unacked"].as_u64(), q["subscribers"].as_u64(), q["messages"].as_u64()), (Some(2), Some(0), Some(0), Some(2)), "{q}");
     let s = find("events_store");
     assert_eq!((s["messages"].as_u64(), s["bytes"].as_u64()), (Some(1), Some(3)), "{s}");
     let t = find("events");
     assert_eq!(t["subscribers"], 1, "{t}");
     assert_eq!(doc["truncated"], false);
+    // A client-ack consumer takes both queue messages and acknowledges one: one unacked, none
+    // waiting.
+    let mut consumer = connect_counted(gw.stomp_addr, "1.2", "worker");
+    consumer.send("SUBSCRIBE", &[("id", "q"), ("destination", &format!("/queue/{u}")), ("ack", "client-individual")], b"");
+    let first = consumer.frame("MESSAGE");
+    consumer.frame("MESSAGE");
+    consumer.send("ACK", &[("id", first.header("ack").unwrap()), ("receipt", "a1")], b"");
+    consumer.frame("RECEIPT");
+    let doc = get_json(addr, "/api/channels");
+    let q = doc["channels"].as_array().unwrap().iter().find(|ch| ch["pattern"] == "queues" && ch["channel"] == u.as_str()).cloned().unwrap();
+    assert_eq!((q["waiting"].as_u64(), q["unacked"].as_u64(), q["subscribers"].as_u64()), (Some(0), Some(1), Some(1)), "{q}");
     let one = get_json(addr, "/api/channels?limit=1");
     assert_eq!((one["channels"].as_array().unwrap().len(), one["truncated"].as_bool()), (1, Some(true)), "{one}");
     // Only GET.

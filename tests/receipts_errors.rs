@@ -320,7 +320,7 @@ fn max_connections_refuses_the_extra_connect_until_one_closes() {
     let mut c = server.client();
     c.send("CONNECT", &[("accept-version", "1.2"), ("host", "localhost")], b"");
     let f = expect_error_close(&mut c, "too many connections");
-    assert_raw(&f, &error_bytes(WireError::TooManyConnections, None));
+    assert_raw(&f, &error_bytes(WireError::TooManyConnections(Some(2)), None));
     a.send("DISCONNECT", &[("receipt", "bye")], b"");
     assert_raw(&a.frame(), &receipt_bytes("bye"));
     assert!(a.closed());

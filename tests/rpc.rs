@@ -252,7 +252,8 @@ fn more_than_rpc_max_pending_in_flight_is_an_error_and_closes() {
     for corr in ["p1", "p2", "p3"] {
         c.send("SEND", &[("destination", &dest), ("reply-to", "/reply/r1"), ("correlation-id", corr)], corr.as_bytes());
     }
-    c.expect_error_then_close("too many pending requests");
+    let e = c.expect_error_then_close("too many pending requests");
+    assert_eq!(e.body_str(), "more RPC requests in flight on this connection than --rpc-max-pending (2)");
     // Sorted: through a remote array each request is its own concurrent call.
     let mut got: Vec<Bytes> = (0..2).map(|_| next_request(&rx).msg.body.clone()).collect();
     got.sort();

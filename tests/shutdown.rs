@@ -39,6 +39,7 @@ fn connected_clients_on_both_cores_get_error_and_are_closed() {
         let e = c.frame();
         assert_eq!(e.command, "ERROR", "client {i} (core {}): {e:?}", i % 2);
         assert_eq!(e.header("message"), Some("server shutting down"), "client {i}");
+        assert_eq!(e.body_str(), "the gateway is stopping; reconnect later", "client {i}");
         assert!(c.closed(), "client {i} still open");
     }
 }

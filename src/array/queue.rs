@@ -485,6 +485,7 @@ impl Queues {
                 messages: ch.sent,
                 bytes: ch.bytes,
                 waiting: (ch.ready.len() + ch.delayed.len()) as u64,
+                unacked: ch.inflight.len() as u64,
                 subscribers: ch.consumers.len() as u64,
             })
             .collect()

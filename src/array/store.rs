@@ -176,7 +176,7 @@ impl Store {
             .map(|(name, ch)| {
                 let messages = ch.log.messages.len() as u64;
                 let bytes = ch.log.messages.iter().map(|m| m.body.len() as u64).sum();
-                crate::mesh::msg::ChannelStats { name: name.clone(), messages, bytes, waiting: 0, subscribers: ch.live.len() as u64 }
+                crate::mesh::msg::ChannelStats { name: name.clone(), messages, bytes, waiting: 0, unacked: 0, subscribers: ch.live.len() as u64 }
             })
             .collect()
     }

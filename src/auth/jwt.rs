@@ -116,16 +116,24 @@ impl JwtVerifier {
         self.alg
     }
 
-    /// Verifies `token`. `Ok(Some(id))`: valid, with its `ClientID` (else `sub`) claim;
-    /// `Ok(None)`: valid but naming no usable client id. `Err` is the reason, for the log only.
+    /// Verifies `token`: `Ok(id)` is its `ClientID` claim, else its `sub`. `Err` is the
+    /// reason, for the log only.
+    ///
+    /// A valid token must name its client: the identity authorization judges comes from the
+    /// token alone, never from what the client says of itself (a STOMP `login`, a gRPC
+    /// request's `ClientID`), or any holder of a nameless token could pick whose rules apply.
     ///
     /// # Errors
     /// Garbage, another algorithm (`none` included), a bad signature, a missing or past `exp`,
-    /// a future `nbf`.
-    pub fn verify(&self, token: &[u8]) -> Result<Option<String>, String> {
+    /// a future `nbf`, no usable `ClientID` or `sub` claim.
+    pub fn verify(&self, token: &[u8]) -> Result<String, String> {
         let token = std::str::from_utf8(token).map_err(|_| "token is not UTF-8".to_string())?;
         let data = jsonwebtoken::decode::<Identity>(token.trim(), &self.key, &self.validation).map_err(|e| e.to_string())?;
         let usable = |id: &String| !id.is_empty() && id.len() <= MAX_CLIENT_ID && !id.chars().any(char::is_control);
-        Ok(data.claims.client_id.filter(usable).or(data.claims.sub.filter(usable)))
+        data.claims
+            .client_id
+            .filter(usable)
+            .or(data.claims.sub.filter(usable))
+            .ok_or_else(|| "the token names no client (no usable ClientID or sub claim)".to_string())
     }
 }

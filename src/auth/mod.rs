@@ -35,7 +35,8 @@ impl Auth {
 
     /// A front-end's login: the JWT in `passcode` (STOMP's CONNECT passcode, AMQP's SASL PLAIN
     /// password), verified here with one audit line either way; `login` is only logged.
-    /// `Ok(None)` when authentication is off; otherwise the token's client id, if it names one.
+    /// `Ok(None)` when authentication is off; otherwise the token's client id (a token must
+    /// name one: [`JwtVerifier::verify`]).
     /// `missing` is the logged reason when no passcode came.
     pub fn authenticate_passcode(
         &self,
@@ -49,8 +50,8 @@ impl Auth {
         let login = login.map(String::from_utf8_lossy).unwrap_or_default();
         match passcode.map(|p| jwt.verify(p)) {
             Some(Ok(id)) => {
-                audit(true, transport, id.as_deref().unwrap_or(&login), source, "");
-                Ok(id.map(bytes::Bytes::from))
+                audit(true, transport, &id, source, "");
+                Ok(Some(bytes::Bytes::from(id)))
             }
             Some(Err(reason)) => {
                 audit(false, transport, &login, source, &reason);

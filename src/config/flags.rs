@@ -315,7 +315,8 @@ pub(super) struct Cli {
 
     /// Serve Prometheus metrics at http://IP:PORT/metrics: per-core connections, frames,
     /// deliveries and drops, and in remote-array mode each core's egress streams (wanted,
-    /// connected, reconnects, unconfirmed, failed); other paths get 404. `off` (the default)
+    /// connected, reconnects, unconfirmed, failed); and the operator views (JSON)
+    /// /api/channels and /api/stomp/connections; other paths get 404. `off` (the default)
     /// serves none. No env.
     /// TOML key: metrics_addr.
     #[arg(long, value_name = "IP:PORT|off")]

@@ -242,6 +242,9 @@ impl Conn {
                         continue;
                     }
                     tracing::debug!(core = %core.id, conn = self.id.0, error = error.message(), "closing connection with ERROR");
+                    if let Some(limit) = error.limit() {
+                        crate::telemetry::limit_refusal("stomp", limit);
+                    }
                     let version = self.session.borrow().version();
                     self.write(core, |buf| server::write_error(buf, version, error, receipt.as_deref()));
                     self.drain();
@@ -319,7 +322,10 @@ impl Endpoint for Conn {
 
     fn refused(&self, core: &Rc<Core>, token: u64, why: crate::mesh::msg::Refusal) {
         let err = match why {
-            crate::mesh::msg::Refusal::QueueFull => WireError::QueueFull,
+            crate::mesh::msg::Refusal::QueueFull => match core.cfg.array {
+                crate::config::ArrayMode::Embedded => WireError::QueueFull(Some((core.cfg.queue_max_messages, core.cfg.queue_max_bytes))),
+                crate::config::ArrayMode::Remote(_) => WireError::QueueFull(None),
+            },
             crate::mesh::msg::Refusal::StoreFull => WireError::StoreFull(core.cfg.store.max_bytes),
         };
         self.with_session(core, |s, out| s.refused(token, err, out));

@@ -42,9 +42,7 @@ impl tonic::service::Interceptor for Authenticate {
                 Ok(id) => {
                     // One audit line per call would flood the log for unary traffic: only
                     // failures are logged here (STOMP logs both, once per connection).
-                    if let Some(id) = id {
-                        req.extensions_mut().insert(CallIdentity(id));
-                    }
+                    req.extensions_mut().insert(CallIdentity(id));
                     Ok(req)
                 }
                 Err(reason) => {

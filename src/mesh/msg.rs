@@ -247,6 +247,9 @@ pub struct ChannelStats {
     pub messages: u64,
     pub bytes: u64,
     pub waiting: u64,
+    /// Queues: messages delivered (to a consumer or a pull) and not yet settled; 0 for the
+    /// other patterns.
+    pub unacked: u64,
     pub subscribers: u64,
 }
 

@@ -133,7 +133,11 @@ fn accept_nonblocking(listener_fd: RawFd) -> Option<OwnedFd> {
 /// buffer always holds one short frame.
 fn refuse(client: &OwnedFd) {
     let mut frame = bytes::BytesMut::with_capacity(64);
-    server::write_error(&mut frame, Version::V1_0, WireError::TooManyConnections, None);
+    let refusal = WireError::TooManyConnections(None);
+    server::write_error(&mut frame, Version::V1_0, refusal, None);
+    if let Some(limit) = refusal.limit() {
+        crate::telemetry::limit_refusal("stomp", limit);
+    }
     let fd = client.as_raw_fd();
     // SAFETY: send/shutdown/recv on a socket we own, with buffers of the lengths given.
     unsafe {

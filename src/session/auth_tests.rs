@@ -27,7 +27,7 @@ impl Host for AuthHost {
     }
     fn authenticate(&self, _login: Option<&[u8]>, passcode: Option<&[u8]>) -> Result<Option<Bytes>, Denied> {
         let Some(jwt) = &self.jwt else { return Ok(None) };
-        jwt.verify(passcode.ok_or(Denied)?).map(|id| id.map(Bytes::from)).map_err(|_| Denied)
+        jwt.verify(passcode.ok_or(Denied)?).map(|id| Some(Bytes::from(id))).map_err(|_| Denied)
     }
     fn authz_generation(&self) -> Option<u64> {
         self.rules.as_ref().map(|_| self.generation.get())

@@ -316,7 +316,7 @@ impl Session {
         };
         let max = self.cfg.max_connections;
         if max > 0 && host.open_connections() > max {
-            self.fail(WireError::TooManyConnections, None, out);
+            self.fail(WireError::TooManyConnections(Some(max)), None, out);
             return false;
         }
         let login = h.get(b"login").filter(|l| !l.is_empty());
@@ -384,7 +384,7 @@ impl Session {
         }
         let Some(tx) = frame.headers.get(b"transaction") else { return Ok(false) };
         match self.txs.get_mut(tx) {
-            Some(held) if held.len() >= self.cfg.max_tx_frames => Err((WireError::TooManyTxFrames, receipt_of(frame))),
+            Some(held) if held.len() >= self.cfg.max_tx_frames => Err((WireError::TooManyTxFrames(self.cfg.max_tx_frames), receipt_of(frame))),
             Some(held) => {
                 held.push(frame.clone());
                 Ok(true)
@@ -427,7 +427,7 @@ impl Session {
             Pattern::Commands | Pattern::Queries => {
                 let reply_sub = self.rpc_reply_sub(&frame)?;
                 if self.rpc_pending >= self.cfg.rpc_max_pending {
-                    return reject(&frame, WireError::TooManyPending);
+                    return reject(&frame, WireError::TooManyPending(self.cfg.rpc_max_pending));
                 }
                 let max_ms = self.cfg.rpc_timeout_s.saturating_mul(1000);
                 let timeout_ms = match frame.headers.get_str(b"timeout") {
@@ -500,7 +500,7 @@ impl Session {
         // Checked after the frame is validated, before anything is taken: a malformed
         // SUBSCRIBE is still reported as malformed at the cap.
         if self.subs.len() >= self.cfg.max_subscriptions {
-            return reject(frame, WireError::TooManySubscriptions);
+            return reject(frame, WireError::TooManySubscriptions(self.cfg.max_subscriptions));
         }
         let Some(n) = self.subs.add(sub) else { return reject(frame, WireError::DuplicateSubscription) };
         if dest.pattern == Pattern::Reply {
@@ -620,7 +620,7 @@ impl Session {
             return reject(frame, WireError::MalformedFrame(Malformed::TransactionAlreadyOpen));
         }
         if self.txs.len() >= self.cfg.max_transactions {
-            return reject(frame, WireError::TooManyTransactions);
+            return reject(frame, WireError::TooManyTransactions(self.cfg.max_transactions));
         }
         self.txs.insert(tx.clone(), Vec::new());
         self.receipt_now(frame, out);

@@ -110,7 +110,7 @@ fn connect_refusals() {
     let mut out = Vec::new();
     let busy = TestHost { connections: 2, next_id: Cell::new(0) };
     assert!(!s.handle(frame(Command::Connect, &[("accept-version", "1.2")], ""), &busy, &mut out));
-    assert_eq!(error_of(&out).0, WireError::TooManyConnections);
+    assert_eq!(error_of(&out).0, WireError::TooManyConnections(Some(1)));
 
     let mut s = session_with(|_| {});
     let (_, out) = feed(&mut s, frame(Command::Connect, &[("accept-version", "1.2"), ("heart-beat", "x,1")], ""));
@@ -354,7 +354,7 @@ fn rpc_requests_need_a_reply_subscription_and_respect_the_pending_limit() {
     assert!(matches!(ops(&out).as_slice(), [(ArrayOp::Request { timeout_ms: 250, .. }, None)]), "{out:?}");
     let (go, out) = feed(&mut s, request("250"));
     assert!(!go);
-    assert_eq!(error_of(&out).0, WireError::TooManyPending);
+    assert_eq!(error_of(&out).0, WireError::TooManyPending(2));
 
     // A reply frees a place.
     let mut s = session_with(|c| c.rpc_max_pending = 1);
@@ -685,18 +685,24 @@ fn memory_budgets_refuse_the_frame_over_each_cap_with_its_receipt() {
             |c| c.max_tx_frames = 3,
             vec![begin("t"), send_in("t"), send_in("t"), send_in("t")],
             send_in("t"),
-            WireError::TooManyTxFrames,
+            WireError::TooManyTxFrames(3),
         ),
         (
             "ACKs count as held frames",
             |c| c.max_tx_frames = 2,
             vec![begin("t"), send_in("t"), frame(Command::Ack, &[("id", "a"), ("transaction", "t")], "")],
             frame(Command::Nack, &[("id", "b"), ("transaction", "t")], ""),
-            WireError::TooManyTxFrames,
+            WireError::TooManyTxFrames(2),
         ),
-        ("open transactions", |c| c.max_transactions = 2, vec![begin("t1"), begin("t2")], begin("t3"), WireError::TooManyTransactions),
-        ("subscriptions", |c| c.max_subscriptions = 2, vec![subscribe("1"), subscribe("2")], subscribe("3"), WireError::TooManySubscriptions),
-        ("reply subscriptions count too", |c| c.max_subscriptions = 2, vec![subscribe("1"), reply_sub("r")], reply_sub("s"), WireError::TooManySubscriptions),
+        ("open transactions", |c| c.max_transactions = 2, vec![begin("t1"), begin("t2")], begin("t3"), WireError::TooManyTransactions(2)),
+        ("subscriptions", |c| c.max_subscriptions = 2, vec![subscribe("1"), subscribe("2")], subscribe("3"), WireError::TooManySubscriptions(2)),
+        (
+            "reply subscriptions count too",
+            |c| c.max_subscriptions = 2,
+            vec![subscribe("1"), reply_sub("r")],
+            reply_sub("s"),
+            WireError::TooManySubscriptions(2),
+        ),
     ];
     for (name, tweak, fill, over, want) in cases {
         let mut s = session_with(tweak);

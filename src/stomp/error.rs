@@ -20,15 +20,18 @@ pub enum WireError {
     CannotSubscribeRpc,
     MissingReplyTo,
     ReplyToNotSubscribed,
-    TooManyPending,
+    /// `--rpc-max-pending` (its value).
+    TooManyPending(usize),
     /// The memory budgets of issue 13 have no entry of their own in the closed vocabulary;
     /// each is the nearest one, `too many pending requests` (work this connection asked the
-    /// gateway to hold is over its bound), with a hint saying which bound.
-    TooManyTxFrames,
-    TooManyTransactions,
-    TooManySubscriptions,
-    /// A SEND to a queue at its depth limit (messages or bytes).
-    QueueFull,
+    /// gateway to hold is over its bound), with a hint saying which bound and its value:
+    /// `--max-tx-frames`, `--max-transactions`, `--max-subscriptions`.
+    TooManyTxFrames(usize),
+    TooManyTransactions(usize),
+    TooManySubscriptions(usize),
+    /// A SEND to a queue at its depth limit: the embedded array's `--queue-max-messages` and
+    /// `--queue-max-bytes`, or None when a remote array refused it (its limits are its own).
+    QueueFull(Option<(usize, usize)>),
     /// A queue or Events-Store SEND the persistent store has no room for: its
     /// `--store-max-bytes` (the value; 0 = no cap, so the disk itself is full).
     StoreFull(u64),
@@ -36,7 +39,8 @@ pub enum WireError {
     UnknownSubscription,
     UnknownTransaction,
     AccessDenied,
-    TooManyConnections,
+    /// `--max-connections` (its value), or None: out of file descriptors at accept.
+    TooManyConnections(Option<usize>),
     ShuttingDown,
     Internal,
 }
@@ -135,20 +139,41 @@ impl WireError {
             WireError::CannotSubscribeRpc => "cannot subscribe to RPC destinations",
             WireError::MissingReplyTo => "missing reply-to",
             WireError::ReplyToNotSubscribed => "reply-to not subscribed",
-            WireError::TooManyPending
-            | WireError::TooManyTxFrames
-            | WireError::TooManyTransactions
-            | WireError::TooManySubscriptions
-            | WireError::QueueFull
+            WireError::TooManyPending(_)
+            | WireError::TooManyTxFrames(_)
+            | WireError::TooManyTransactions(_)
+            | WireError::TooManySubscriptions(_)
+            | WireError::QueueFull(_)
             | WireError::StoreFull(_) => "too many pending requests",
             WireError::DuplicateSubscription => "duplicate subscription id",
             WireError::UnknownSubscription => "unknown subscription",
             WireError::UnknownTransaction => "unknown transaction",
             WireError::AccessDenied => "access denied",
-            WireError::TooManyConnections => "too many connections",
+            WireError::TooManyConnections(_) => "too many connections",
             WireError::ShuttingDown => "server shutting down",
             WireError::Internal => "internal error",
         }
+    }
+
+    /// The limit this error enforces, as `stompgate_limit_refusals_total` labels it; None for
+    /// an error that is not a limit (a broken rule, access, shutdown).
+    pub fn limit(self) -> Option<&'static str> {
+        Some(match self {
+            WireError::FrameTooLarge(TooLarge::HeaderBlock(_)) => "header_block",
+            WireError::FrameTooLarge(TooLarge::HeaderCount(_)) => "header_count",
+            WireError::FrameTooLarge(TooLarge::Body(_)) => "max_body_size",
+            WireError::FrameTooLarge(TooLarge::PartialFrames(_)) => "partial_frames_budget",
+            WireError::FrameTooLarge(TooLarge::Tags { .. }) => "tags",
+            WireError::TooManyPending(_) => "rpc_max_pending",
+            WireError::TooManyTxFrames(_) => "max_tx_frames",
+            WireError::TooManyTransactions(_) => "max_transactions",
+            WireError::TooManySubscriptions(_) => "max_subscriptions",
+            WireError::QueueFull(_) => "queue_depth",
+            WireError::StoreFull(_) => "store_full",
+            WireError::TooManyConnections(Some(_)) => "max_connections",
+            WireError::TooManyConnections(None) => "open_files",
+            _ => return None,
+        })
     }
 
     /// The short sanitized hint for the ERROR body: never empty. Only a limit's value is
@@ -166,19 +191,22 @@ impl WireError {
             WireError::CannotSubscribeRpc => "/command/ and /query/ take requests by SEND; receive replies by subscribing to a /reply/ destination",
             WireError::MissingReplyTo => "a SEND to /command/ or /query/ requires a reply-to header naming a /reply/ destination",
             WireError::ReplyToNotSubscribed => "reply-to must name a /reply/ destination this connection has subscribed to",
-            WireError::TooManyPending => "more RPC requests in flight on this connection than --rpc-max-pending",
-            // These four bodies predate issue 18 and tests/memory_budgets.rs pins them.
-            WireError::TooManyTxFrames => "the transaction holds too many frames",
-            WireError::TooManyTransactions => "too many open transactions",
-            WireError::TooManySubscriptions => "too many subscriptions",
-            WireError::QueueFull => "the queue is full",
+            WireError::TooManyPending(max) => return Cow::Owned(format!("more RPC requests in flight on this connection than --rpc-max-pending ({max})")),
+            WireError::TooManyTxFrames(max) => return Cow::Owned(format!("the transaction holds too many frames: --max-tx-frames ({max})")),
+            WireError::TooManyTransactions(max) => return Cow::Owned(format!("too many open transactions: --max-transactions ({max})")),
+            WireError::TooManySubscriptions(max) => return Cow::Owned(format!("too many subscriptions: --max-subscriptions ({max})")),
+            WireError::QueueFull(Some((messages, bytes))) => {
+                return Cow::Owned(format!("the queue is full: --queue-max-messages ({messages}) or --queue-max-bytes ({bytes} bytes)"))
+            }
+            WireError::QueueFull(None) => "the queue is full: the array refused it at its depth limit",
             WireError::StoreFull(0) => "the store is full: no space left on its disk",
             WireError::StoreFull(max) => return Cow::Owned(format!("the store is full: --store-max-bytes ({max} bytes) or no space left on its disk")),
             WireError::DuplicateSubscription => "this connection already has a subscription with this id",
             WireError::UnknownSubscription => "no subscription with this id on this connection",
             WireError::UnknownTransaction => "no open transaction with this name on this connection",
             WireError::AccessDenied => "the credentials or the access rules do not allow this",
-            WireError::TooManyConnections => "the gateway is at --max-connections",
+            WireError::TooManyConnections(Some(max)) => return Cow::Owned(format!("the gateway is at --max-connections ({max})")),
+            WireError::TooManyConnections(None) => "the gateway is out of file descriptors (its open-files limit); retry later",
             WireError::ShuttingDown => "the gateway is stopping; reconnect later",
             WireError::Internal => "the gateway could not handle this frame; the connection is closed",
         })
@@ -209,12 +237,37 @@ mod tests {
 
     #[test]
     fn every_hint_is_short_and_printable() {
+        // Every variant but MalformedFrame's rules (tests/error_hints.rs table-tests those).
         let all = [
             WireError::InvalidDestination,
+            WireError::CannotSendToReply,
             WireError::FrameTooLarge(TooLarge::HeaderBlock(65536)),
+            WireError::FrameTooLarge(TooLarge::HeaderCount(1000)),
+            WireError::FrameTooLarge(TooLarge::Body(usize::MAX)),
+            WireError::FrameTooLarge(TooLarge::PartialFrames(usize::MAX)),
             WireError::FrameTooLarge(TooLarge::Tags { max_custom: 32, max_value: 4096 }),
             WireError::MalformedFrame(Malformed::UnknownCommand),
             WireError::MalformedFrame(Malformed::UndefinedEscape),
+            WireError::UnsupportedVersion,
+            WireError::NotConnected,
+            WireError::CannotSubscribeRpc,
+            WireError::MissingReplyTo,
+            WireError::ReplyToNotSubscribed,
+            WireError::TooManyPending(usize::MAX),
+            WireError::TooManyTxFrames(usize::MAX),
+            WireError::TooManyTransactions(usize::MAX),
+            WireError::TooManySubscriptions(usize::MAX),
+            WireError::QueueFull(Some((usize::MAX, usize::MAX))),
+            WireError::QueueFull(None),
+            WireError::StoreFull(0),
+            WireError::StoreFull(u64::MAX),
+            WireError::DuplicateSubscription,
+            WireError::UnknownSubscription,
+            WireError::UnknownTransaction,
+            WireError::AccessDenied,
+            WireError::TooManyConnections(Some(usize::MAX)),
+            WireError::TooManyConnections(None),
+            WireError::ShuttingDown,
             WireError::Internal,
         ];
         for e in all {
@@ -223,5 +276,17 @@ mod tests {
             assert!(h.bytes().all(|b| (b' '..=b'~').contains(&b)), "{e:?}: {h}");
         }
         assert_eq!(WireError::FrameTooLarge(TooLarge::Body(65536)).hint(), "the body exceeds --max-body-size (65536 bytes)");
+        // A limit's hint names the flag and its value.
+        for (e, flag, value) in [
+            (WireError::TooManyPending(7), "--rpc-max-pending", "(7)"),
+            (WireError::TooManyTxFrames(8), "--max-tx-frames", "(8)"),
+            (WireError::TooManyTransactions(9), "--max-transactions", "(9)"),
+            (WireError::TooManySubscriptions(10), "--max-subscriptions", "(10)"),
+            (WireError::QueueFull(Some((11, 12))), "--queue-max-messages (11)", "(12 bytes)"),
+            (WireError::TooManyConnections(Some(13)), "--max-connections", "(13)"),
+        ] {
+            let h = e.hint();
+            assert!(h.contains(flag) && h.contains(value), "{e:?}: {h}");
+        }
     }
 }

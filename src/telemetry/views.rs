@@ -69,6 +69,8 @@ pub(super) async fn channels(limit: usize) -> String {
                     "subscribers": s.subscribers,
                     // Queues: the depth (ready + delayed); 0 for the other patterns.
                     "waiting": s.waiting,
+                    // Queues: delivered and not yet acknowledged; 0 for the other patterns.
+                    "unacked": s.unacked,
                     // Queues: messages sent so far; events-store: messages stored (its size).
                     "messages": s.messages,
                     "bytes": s.bytes,

@@ -17,17 +17,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import puppeteer from 'puppeteer-core';
 import grpc from '@grpc/grpc-js';
-import protoLoader from '@grpc/proto-loader';
 import { startGateway, freePort } from './gateway.mjs';
+import { kubemqClient, responder as grpcResponder, SUBSCRIBE_COMMANDS, SUBSCRIBE_QUERIES } from './responder.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CHROMIUM = process.env.CHROMIUM_BIN || '/usr/bin/chromium';
 const STOMPJS_BUNDLE = path.join(here, 'node_modules', '@stomp', 'stompjs', 'bundles', 'stomp.umd.min.js');
-const PROTO = path.join(here, '..', '..', 'proto', 'kubemq.proto');
 // Non-ASCII UTF-8 of 2, 3 and 4 bytes a character, compared byte for byte after the trip.
 const TEXT = 'grüße, 東京 — ✓ 🚀';
-const SUBSCRIBE_COMMANDS = 3;
-const SUBSCRIBE_QUERIES = 4;
 const TLS_CERT = path.join(here, 'fixtures', 'wss-cert.pem');
 const TLS_KEY = path.join(here, 'fixtures', 'wss-key.pem');
 const JWT_SECRET = crypto.randomBytes(32).toString('hex');
@@ -89,23 +86,8 @@ async function openPage(origin) {
   return p;
 }
 
-/** A native responder on `channel`: answers each request with `answer(request)`; `ready`
- * resolves once the gateway has registered it (its response headers come after that). */
-function responder(type, channel, answer) {
-  const requests = [];
-  const call = kubemq.SubscribeToRequests({ SubscribeTypeData: type, ClientID: 'node-responder', Channel: channel }, grpcAuth);
-  const ready = new Promise((resolve, reject) => {
-    call.once('metadata', resolve);
-    call.once('error', reject);
-  });
-  call.on('data', (request) => {
-    requests.push(request);
-    const response = { ClientID: 'node-responder', RequestID: request.RequestID, ReplyChannel: request.ReplyChannel, ...answer(request) };
-    kubemq.SendResponse(response, grpcAuth, (err) => { if (err) console.error(`SendResponse: ${err.message}`); });
-  });
-  call.on('error', () => {}); // the CANCELLED of stop()
-  return { ready, requests, stop: () => call.cancel() };
-}
+/** A native responder on `channel` (responder.mjs), logged in with the test's JWT. */
+const responder = (type, channel, answer) => grpcResponder(kubemq, type, channel, answer, grpcAuth);
 
 before(async () => {
   // The browser and the page servers first: the gateway is told the page's origin.
@@ -130,8 +112,7 @@ before(async () => {
   grpcAuth.set('authorization', token('node-responder'));
   browser = await launching;
   page = await openPage(pageServer.origin);
-  const { kubemq: pkg } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO, { keepCase: true, longs: String, enums: Number, defaults: true }));
-  kubemq = new pkg.kubemq(gw.grpcAddr, grpc.credentials.createInsecure());
+  kubemq = kubemqClient(gw.grpcAddr);
 });
 
 after(async () => {
@@ -210,6 +191,11 @@ test('queues: a message sent from the page is received with client ack, acknowle
   assert.ok(r.first.headers.ack, 'a client-ack MESSAGE carries the ack id (STOMP 1.2)');
   assert.equal(r.second.body, 'second');
   assert.equal(r.second.headers.redelivered, undefined);
+  // The page shows both deliveries once each (the acknowledged one was not shown again). It
+  // renders stompjs's `body`, the UTF-8 decoding of the bytes (invalid ones as U+FFFD), so the
+  // binary message reads back as Node's TextDecoder decodes the same 256 bytes.
+  const shown = await page.$$eval('#received li', (items, d) => items.filter((li) => li.dataset.destination === d).map((li) => li.textContent), dest);
+  assert.deepEqual(shown, [new TextDecoder().decode(new Uint8Array(256).map((_, i) => i)), 'second']);
 });
 
 test('commands: the page sends a command and a native gRPC responder answers on its /reply/ subscription', async () => {
