@@ -235,6 +235,96 @@ fn a_body_over_the_limit_in_one_message_gets_frame_too_large() {
     assert_eq!(e.header("message"), Some("frame too large"));
 }
 
+/// A client WebSocket frame header (RFC 6455 §5.2): FIN or not, `opcode`, masked with an
+/// all-zero key so the payload bytes go unchanged, declaring `len` payload bytes.
+fn raw_frame_header(fin: bool, opcode: u8, len: u64) -> Vec<u8> {
+    let mut h = vec![if fin { 0x80 | opcode } else { opcode }];
+    match len {
+        0..=125 => h.push(0x80 | len as u8),
+        126..=0xffff => {
+            h.push(0x80 | 126);
+            h.extend((len as u16).to_be_bytes());
+        }
+        _ => {
+            h.push(0x80 | 127);
+            h.extend(len.to_be_bytes());
+        }
+    }
+    h.extend([0, 0, 0, 0]);
+    h
+}
+
+/// Writes raw bytes under the client's WebSocket (what tungstenite's API would not send);
+/// errors are ignored, as the gateway may refuse and close while they are being written.
+fn write_raw(c: &mut Client, bytes: &[u8]) {
+    let _ = c.ws().get_mut().write_all(bytes);
+}
+
+#[test]
+fn a_fragmented_message_adding_up_past_the_size_limit_gets_frame_too_large() {
+    let (_s, addr) = ws_server(|c| c.max_body_size = 1024);
+    let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
+    c.connect("1.2");
+    // Each fragment is far under the limit (--max-body-size + the headers' allowance, 67 KiB);
+    // the message they make is not.
+    let fragment = vec![b'x'; 16 * 1024];
+    for i in 0..8u8 {
+        let opcode = if i == 0 { 0x2 } else { 0x0 };
+        write_raw(&mut c, &raw_frame_header(i == 7, opcode, fragment.len() as u64));
+        write_raw(&mut c, &fragment);
+    }
+    let e = c.frame();
+    assert_eq!(e.command, "ERROR", "{e:?}");
+    assert_eq!(e.header("message"), Some("frame too large"));
+    assert!(e.body_str().contains("--max-body-size (1024 bytes)"), "{e:?}");
+}
+
+#[test]
+fn a_message_still_arriving_counts_in_the_partial_frames_budget() {
+    // Over TCP the bytes of an unfinished STOMP frame count in --partial-frames-budget; over a
+    // WebSocket tungstenite holds a message until it is whole, so those bytes must count too,
+    // as they arrive: a message declared at 4 MiB (under the 8 MiB size limit) that has
+    // delivered 512 KiB is refused at a 256 KiB budget, before it is complete.
+    const BUDGET: usize = 256 * 1024;
+    let (_s, addr) = ws_server(|c| {
+        c.max_body_size = 8 * 1024 * 1024;
+        c.partial_frames_budget = BUDGET;
+    });
+    // A message under the budget still passes whole.
+    let (mut ok, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
+    ok.connect("1.2");
+    let body = vec![b'b'; 200 * 1024];
+    ok.send("SEND", &[("destination", "/topic/budget-ok"), ("receipt", "r1")], &body);
+    assert_eq!(ok.frame().header("receipt-id"), Some("r1"));
+
+    let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
+    c.connect("1.2");
+    write_raw(&mut c, &raw_frame_header(true, 0x2, 4 * 1024 * 1024));
+    let chunk = vec![b'x'; 16 * 1024];
+    for _ in 0..32 {
+        write_raw(&mut c, &chunk);
+    }
+    let e = c.frame();
+    assert_eq!(e.command, "ERROR", "{e:?}");
+    assert_eq!(e.header("message"), Some("frame too large"));
+    assert_eq!(e.body_str(), format!("frames still arriving on this core exceed --partial-frames-budget ({BUDGET} bytes)"));
+    // The others go on.
+    ok.send("SEND", &[("destination", "/topic/budget-ok"), ("receipt", "r2")], b"after");
+    assert_eq!(ok.frame().header("receipt-id"), Some("r2"));
+}
+
+#[test]
+fn an_error_ends_with_a_close_frame() {
+    let (_s, addr) = ws_server(|_| {});
+    let (mut c, _) = open(addr, "/ws", &["v12.stomp"], None).unwrap();
+    c.connect("1.2");
+    c.send("BOGUS", &[], b"");
+    let e = c.frame();
+    assert_eq!(e.command, "ERROR", "{e:?}");
+    assert_eq!(e.header("message"), Some("malformed frame"));
+    assert_eq!(close_code(&mut c), Some(tungstenite::protocol::frame::coding::CloseCode::Normal));
+}
+
 #[test]
 fn a_ping_is_answered_with_a_pong() {
     let (_s, addr) = ws_server(|_| {});

@@ -1,13 +1,14 @@
 //! The reader task: socket → decoder → session, one read batch at a time.
 use super::write::{OUTPUT_PAUSE_BYTES, OUTPUT_RESUME_BYTES};
 use super::Conn;
-use crate::engine::metrics::Metrics;
+use crate::engine::metrics::{Metrics, Shared};
 use crate::engine::Core;
 use crate::stomp::error::TooLarge;
 use crate::stomp::{Decoded, Decoder, Limits, PartialShare, WireError};
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Smallest and largest read (bytes).
@@ -39,12 +40,39 @@ async fn wait_for_output(conn: &Conn) {
     }
 }
 
+/// A WebSocket's part of the process-wide partial-frames budget: what tungstenite holds of
+/// messages still arriving, below the decoder (whose own part is the read loop's
+/// [`PartialShare`]). Given back when the WebSocket, which owns it, is dropped.
+struct WsShare {
+    shared: Arc<Shared>,
+    held: usize,
+    budget: usize,
+}
+
+impl WsShare {
+    fn gate(shared: &Arc<Shared>, budget: usize) -> crate::ws::BudgetGate {
+        let mut share = WsShare { shared: Arc::clone(shared), held: 0, budget };
+        Box::new(move |now| {
+            let before = std::mem::replace(&mut share.held, now);
+            share.shared.partial_frames.update(before, now, share.budget)
+        })
+    }
+}
+
+impl Drop for WsShare {
+    fn drop(&mut self) {
+        self.shared.partial_frames.update(self.held, 0, usize::MAX);
+    }
+}
+
 pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream::ReadHalf) {
     let mut rbuf = BytesMut::with_capacity(MIN_READ);
     let limits = Limits { max_body: core.cfg.max_body_size, ..Limits::default() };
     let mut decoder = Decoder::new(limits);
-    // What this connection holds of an unfinished frame, in the process-wide budget.
+    // What this connection holds of an unfinished frame, in the process-wide budget; over a
+    // WebSocket, what tungstenite holds of a message still arriving counts too.
     let mut partial = PartialShare::new(&core.shared.partial_frames);
+    rd.set_ws_budget(WsShare::gate(&core.shared, core.cfg.partial_frames_budget));
     // Read size adapts: a read that fills the buffer means more is waiting, so the next one is
     // larger (fewer syscalls under load); an idle connection keeps a small buffer.
     let mut read_size = MIN_READ;
@@ -61,6 +89,10 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
             Ok(n) => n,
             Err(e) if crate::ws::is_too_large(&e) => {
                 conn.fail(core, WireError::FrameTooLarge(TooLarge::Body(core.cfg.max_body_size)), None);
+                break;
+            }
+            Err(e) if crate::ws::is_over_budget(&e) => {
+                conn.fail(core, WireError::FrameTooLarge(TooLarge::PartialFrames(core.cfg.partial_frames_budget)), None);
                 break;
             }
             Err(_) => 0,

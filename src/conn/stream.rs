@@ -86,6 +86,16 @@ impl AsyncWrite for Stream {
     }
 }
 
+impl ReadHalf {
+    /// On a WebSocket, puts what it holds of messages still arriving under `gate`; on a plain
+    /// or TLS stream nothing is held below the decoder, and the gate is dropped.
+    pub fn set_ws_budget(&self, gate: crate::ws::BudgetGate) {
+        if let Stream::Ws(ws) = &mut *self.0.borrow_mut() {
+            ws.set_budget(gate);
+        }
+    }
+}
+
 impl AsyncRead for ReadHalf {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)

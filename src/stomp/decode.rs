@@ -497,6 +497,29 @@ impl PartialFrames {
     pub fn held(&self) -> usize {
         self.held.load(Ordering::Relaxed)
     }
+
+    /// One holder went from holding `before` bytes to `now`. True when it must be refused
+    /// (`frame too large`): the process is over `budget` and this holder grew to at least an
+    /// average share of what is held. The largest holder always has one, so whoever keeps
+    /// growing the excess is cut off; holders of less are left alone, so one huge frame does
+    /// not cost the many small ones. A single frame over the budget is therefore refused too.
+    pub fn update(&self, before: usize, now: usize, budget: usize) -> bool {
+        if now == before {
+            return false;
+        }
+        match (before, now) {
+            (0, _) => self.holders.fetch_add(1, Ordering::Relaxed),
+            (_, 0) => self.holders.fetch_sub(1, Ordering::Relaxed),
+            _ => 0,
+        };
+        let total = if now > before {
+            self.held.fetch_add(now - before, Ordering::Relaxed) + (now - before)
+        } else {
+            self.held.fetch_sub(before - now, Ordering::Relaxed) - (before - now)
+        };
+        let holders = self.holders.load(Ordering::Relaxed).max(1);
+        now > before && total > budget && now.saturating_mul(holders) >= total
+    }
 }
 
 /// One connection's part of [`PartialFrames`]; gives it back when dropped.
@@ -512,29 +535,10 @@ impl<'a> PartialShare<'a> {
     }
 
     /// This connection now holds `now` bytes of an incomplete frame. True when it must be
-    /// refused (`frame too large`): the process is over `budget` and this connection grew
-    /// to at least an average share of what is held. The largest holder always has one, so
-    /// whoever keeps growing the excess is cut off; connections holding less are left alone,
-    /// so one huge frame does not cost the many small ones. A single frame over the budget is
-    /// therefore refused too.
+    /// refused (`frame too large`): see [`PartialFrames::update`].
     pub fn update(&mut self, now: usize, budget: usize) -> bool {
-        let before = self.held;
-        if now == before {
-            return false;
-        }
-        self.held = now;
-        match (before, now) {
-            (0, _) => self.all.holders.fetch_add(1, Ordering::Relaxed),
-            (_, 0) => self.all.holders.fetch_sub(1, Ordering::Relaxed),
-            _ => 0,
-        };
-        let total = if now > before {
-            self.all.held.fetch_add(now - before, Ordering::Relaxed) + (now - before)
-        } else {
-            self.all.held.fetch_sub(before - now, Ordering::Relaxed) - (before - now)
-        };
-        let holders = self.all.holders.load(Ordering::Relaxed).max(1);
-        now > before && total > budget && now.saturating_mul(holders) >= total
+        let before = std::mem::replace(&mut self.held, now);
+        self.all.update(before, now, budget)
     }
 }
 

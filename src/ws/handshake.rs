@@ -62,8 +62,9 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, settings: 
     stream.flush().await.map_err(Failed::Io)?;
     // Bytes after the head (a client that did not wait for the 101) are the first frames.
     let rest = buf.split_off(head_len);
+    let (stream, read) = super::stream::Metered::new(stream);
     let ws = async_tungstenite::WebSocketStream::from_partially_read(stream, rest, Role::Server, Some(settings.websocket_config())).await;
-    Ok(WsStream::new(ws))
+    Ok(WsStream::new(ws, read))
 }
 
 /// Reads until one whole request head is in; `None` if it does not parse as an HTTP request

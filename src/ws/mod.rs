@@ -16,11 +16,14 @@
 //! - No permessage-deflate (the extension is not offered back, so clients send uncompressed).
 //! - Sizes: a WebSocket frame or message larger than `--max-body-size` plus
 //!   [`HEADERS_ALLOWANCE`] is refused by tungstenite before it is buffered, and the STOMP
-//!   client gets ERROR `frame too large` (then the connection closes).
+//!   client gets ERROR `frame too large` (then the connection closes). What tungstenite holds
+//!   of a message still arriving counts, as it grows, in the same process-wide
+//!   `--partial-frames-budget` as the STOMP decoder's partial frames ([`BudgetGate`]), so many
+//!   WebSockets each trickling a large message are bounded together as TCP connections are.
 pub mod handshake;
 mod stream;
 
-pub use stream::{is_too_large, WsStream};
+pub use stream::{is_over_budget, is_too_large, BudgetGate, WsStream};
 
 /// Room for a STOMP frame's command and headers on top of the largest body, in one message:
 /// the decoder's header limit (64 KiB) and 1 KiB for the command and EOLs.

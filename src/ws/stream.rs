@@ -3,8 +3,10 @@ use async_tungstenite::WebSocketStream;
 use bytes::{Buf, Bytes};
 use futures_lite::{AsyncRead, AsyncWrite, Stream as _};
 use futures_sink::Sink;
+use std::cell::Cell;
 use std::io;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::CloseFrame;
@@ -13,9 +15,57 @@ use tungstenite::{Error as WsError, Message};
 /// An accepted WebSocket over `S`, the connection's plain or TLS stream (generic, so this
 /// module does not depend on the connection layer that uses it).
 pub struct WsStream<S> {
-    ws: WebSocketStream<S>,
+    ws: WebSocketStream<Metered<S>>,
     /// What is left of the last data message, for the next reads.
     unread: Bytes,
+    /// Bytes read from `S` so far (shared with the [`Metered`] under tungstenite), and that
+    /// count when the last data message came out: the difference is what tungstenite holds of
+    /// a message still arriving (plus at most one read of the next one).
+    read: Rc<Cell<u64>>,
+    read_at_last_message: u64,
+    /// Asked with what tungstenite holds each time that changes; true refuses the connection
+    /// (the reader gets an error [`is_over_budget`] recognises). None: no budget.
+    budget: Option<BudgetGate>,
+}
+
+/// The connection layer's budget for bytes held of messages still arriving (STOMP's
+/// `--partial-frames-budget`, shared with the STOMP decoder's partial frames): called with what
+/// this WebSocket holds now, true when that is too much.
+pub type BudgetGate = Box<dyn FnMut(usize) -> bool>;
+
+/// `S` with a count of the bytes read from it. tungstenite buffers a frame (and a fragmented
+/// message) until it is whole, out of sight of the STOMP decoder's partial-frame budget; this
+/// count is how that holding is seen while it grows.
+pub(super) struct Metered<S> {
+    inner: S,
+    read: Rc<Cell<u64>>,
+}
+
+impl<S> Metered<S> {
+    pub(super) fn new(inner: S) -> (Metered<S>, Rc<Cell<u64>>) {
+        let read = Rc::new(Cell::new(0));
+        (Metered { inner, read: Rc::clone(&read) }, read)
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let n = ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
+        self.read.set(self.read.get() + n as u64);
+        Poll::Ready(Ok(n))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
 }
 
 /// The marker inside the `io::Error` a too-large WebSocket frame or message becomes, so the
@@ -36,6 +86,23 @@ pub fn is_too_large(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<TooLarge>())
 }
 
+/// The marker inside the `io::Error` of a WebSocket whose [`BudgetGate`] refused what it holds.
+#[derive(Debug)]
+struct OverBudget;
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebSocket messages still arriving are over the budget")
+    }
+}
+
+impl std::error::Error for OverBudget {}
+
+/// Whether a read error was the [`BudgetGate`]'s refusal.
+pub fn is_over_budget(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<OverBudget>())
+}
+
 fn to_io(e: WsError) -> io::Error {
     match e {
         WsError::Io(e) => e,
@@ -45,13 +112,35 @@ fn to_io(e: WsError) -> io::Error {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> WsStream<S> {
-    pub(super) fn new(ws: WebSocketStream<S>) -> WsStream<S> {
-        WsStream { ws, unread: Bytes::new() }
+    pub(super) fn new(ws: WebSocketStream<Metered<S>>, read: Rc<Cell<u64>>) -> WsStream<S> {
+        let read_at_last_message = read.get();
+        WsStream { ws, unread: Bytes::new(), read, read_at_last_message, budget: None }
     }
 
     /// The stream under the WebSocket.
     pub fn inner(&self) -> &S {
-        self.ws.get_ref()
+        &self.ws.get_ref().inner
+    }
+
+    /// Puts what this WebSocket holds of messages still arriving under `gate` (see
+    /// [`BudgetGate`]); it is told 0 when a message completes and is dropped with the stream
+    /// (so it can give its share back).
+    pub fn set_budget(&mut self, gate: BudgetGate) {
+        self.budget = Some(gate);
+    }
+
+    /// What tungstenite holds now: bytes read since the last data message came out.
+    fn held(&self) -> usize {
+        usize::try_from(self.read.get() - self.read_at_last_message).unwrap_or(usize::MAX)
+    }
+
+    /// Tells the gate what is held now; Err once it refuses.
+    fn charge(&mut self) -> io::Result<()> {
+        let held = self.held();
+        match self.budget.as_mut().map(|gate| gate(held)) {
+            Some(true) => Err(io::Error::new(io::ErrorKind::InvalidData, OverBudget)),
+            _ => Ok(()),
+        }
     }
 
     /// Queues a Close frame (1000, normal closure); the next flush sends it.
@@ -73,7 +162,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WsStream<S> {
                 self.unread.advance(n);
                 return Poll::Ready(Ok(n));
             }
-            match ready!(Pin::new(&mut self.ws).poll_next(cx)) {
+            let next = Pin::new(&mut self.ws).poll_next(cx);
+            // Whatever came of it, tungstenite may hold more than before: a message
+            // still arriving is charged as it grows, not only once it is whole.
+            if let Poll::Ready(Some(Ok(Message::Text(_) | Message::Binary(_)))) = &next {
+                // The message is out (read-ahead of the next one, at most one read, is let go).
+                self.read_at_last_message = self.read.get();
+            }
+            if let Err(e) = self.charge() {
+                return Poll::Ready(Err(e));
+            }
+            match ready!(next) {
                 None => return Poll::Ready(Ok(0)),
                 Some(Err(e)) => return Poll::Ready(Err(to_io(e))),
                 Some(Ok(Message::Text(text))) => self.unread = Bytes::from(text),
