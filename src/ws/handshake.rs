@@ -101,18 +101,20 @@ fn respond(request: Option<&Request>, settings: &Settings) -> Result<Response<()
         return Err(Refusal::UpgradeRequired);
     }
     let mut response = create_response(request).map_err(|_| Refusal::BadRequest)?;
-    if let Some(chosen) = choose_subprotocol(request) {
-        response.headers_mut().insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(chosen));
+    if let Some(chosen) = choose_subprotocol(request).and_then(|p| HeaderValue::from_str(p).ok()) {
+        response.headers_mut().insert(header::SEC_WEBSOCKET_PROTOCOL, chosen);
     }
     Ok(response)
 }
 
 /// The highest STOMP subprotocol among those the client offered (in any of its
-/// `Sec-WebSocket-Protocol` headers), if any.
-fn choose_subprotocol(request: &Request) -> Option<&'static str> {
+/// `Sec-WebSocket-Protocol` headers), if any, spelled exactly as the client offered it: the
+/// match ignores ASCII case, but a browser fails a handshake whose answer is not, byte for
+/// byte, one of its offers.
+fn choose_subprotocol(request: &Request) -> Option<&str> {
     let offered: Vec<&str> =
         request.headers().get_all(header::SEC_WEBSOCKET_PROTOCOL).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim).collect();
-    SUBPROTOCOLS.into_iter().find(|p| offered.iter().any(|o| o.eq_ignore_ascii_case(p)))
+    SUBPROTOCOLS.into_iter().find_map(|p| offered.iter().copied().find(|o| o.eq_ignore_ascii_case(p)))
 }
 
 /// No list: any origin. A request without `Origin` is not from a browser (browsers always
@@ -156,6 +158,8 @@ mod tests {
         assert_eq!(choose_subprotocol(&request(&["v10.stomp, v12.stomp, v11.stomp"])), Some("v12.stomp"));
         assert_eq!(choose_subprotocol(&request(&["v10.stomp", "v11.stomp"])), Some("v11.stomp"));
         assert_eq!(choose_subprotocol(&request(&["mqtt, v10.stomp"])), Some("v10.stomp"));
+        // Answered as offered: never a spelling the client did not send.
+        assert_eq!(choose_subprotocol(&request(&["V12.STOMP, v11.stomp"])), Some("V12.STOMP"));
     }
 
     #[test]
