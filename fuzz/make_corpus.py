@@ -128,3 +128,20 @@ SESSIONS = {
 for name, wire in SESSIONS.items():
     for mode in (1, 3, 0):
         write("session", f"{name}-{mode}", bytes([mode]) + wire)
+
+
+# ---- amqp_message: one whole AMQP message (its transfers' payloads joined), as
+# python-qpid-proton's Message.encode() writes it ----
+AMQP_MESSAGES = {
+    "data-plain": b'\x00SpE\x00SsE\x00Sw\xa0\x05bytes',
+    "value-typed": (b'\x00SpE\x00Sr\xd1\x00\x00\x00\x11\x00\x00\x00\x02\xa3\tx-opt-tagT\x02\x00Ss\xc0:\x0c@@@'
+                    b'\xa1\x08greeting\xa1\x08queues/r\xa1\x03c-1\xa3\ntext/plain@@\x83\x00\x00\x01\x9a\xdb\x8c\\'
+                    b'\xf4\xa1\x03g-1C\x00St\xd1\x00\x00\x00Q\x00\x00\x00\x0c\xa1\x01nT\xfb\xa1\x03big\x81\x00 '
+                    b'\x00\x00\x00\x00\x00\x01\xa1\x04when\x83\x00\x00\x01\x9a\xdb\x8c[{\xa1\x02id\x98\x124Vx'
+                    b'\x9a\xbc\xde\xf0\x01\x02\x03\x04\x05\x06\x07\x08\xa1\x03raw\xa0\x02\x00\xff\xa1\x04text'
+                    b'\xa1\x05plain\x00Sw\xa1\x08typed \xc3\xbc'),
+    "to-anonymous": b'\x00SpE\x00Ss\xc0\x10\x03S\x07@\xa1\nevents/a.b\x00Sw\xa0\x01x',
+    "envelope": b'{"amqp10":{"app":{"n":{"$i32":-5},"t":{"$ts":1.5},"u":{"$uuid":"12345678-9abc-def0-0102-030405060708"}},"body_section":"value"}}',
+}
+for name, data in AMQP_MESSAGES.items():
+    write("amqp_message", name, data)

@@ -56,7 +56,7 @@ use crate::model::{Channel, Message, Pattern, Tags};
 use crate::session::Host;
 use ahash::AHashMap;
 use bytes::{Bytes, BytesMut};
-use fe2o3_amqp_types::definitions::{self, Handle, Role};
+use fe2o3_amqp_types::definitions::{self, Handle, ReceiverSettleMode, Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Rejected, TargetArchetype};
 use fe2o3_amqp_types::performatives::{Attach, Begin, Close, Detach, Disposition, End, Flow, Open, Performative, Transfer};
 use fe2o3_amqp_types::primitives::{Array, Binary, Symbol};
@@ -246,6 +246,9 @@ struct Link {
     /// An Events / Events-Store link's selector (§3.8): what it does not match is not sent
     /// and uses no credit.
     selector: Option<Selector>,
+    /// Sender side: the peer asked for `snd-settle-mode=settled`, so queue messages go out
+    /// settled and are acknowledged as they are sent (seed 002's at-most-once queue consumer).
+    presettled: bool,
 }
 
 #[derive(Default)]
@@ -587,6 +590,10 @@ impl Machine {
         if handle >= self.s.max_links_per_session || sess.links.len() >= self.s.max_links_per_session as usize {
             return self.refuse_attach(ch, a, AmqpError::ResourceLimitExceeded, out);
         }
+        // §3.2: the receiver settles first, always; `rcv-settle-mode=second` is refused.
+        if a.rcv_settle_mode == ReceiverSettleMode::Second {
+            return self.refuse_attach(ch, a, AmqpError::NotImplemented, out);
+        }
         let role = if a.role == Role::Sender { PeerRole::Sender } else { PeerRole::Receiver };
         let judged = {
             let (address, dynamic, caps, copy, selector) = match role {
@@ -741,6 +748,7 @@ impl Machine {
         let Feed { start, durable, selector } = feed;
         let handle = a.handle.0;
         let group = group_hint(&a);
+        let presettled = server_role == ServerRole::Sender && a.snd_settle_mode == SenderSettleMode::Settled;
         let mut link = Link {
             role: server_role,
             target: target.clone(),
@@ -756,6 +764,7 @@ impl Machine {
             durable,
             last_seq: 0,
             selector,
+            presettled,
         };
         let reply = Attach {
             role: flip(a.role.clone()),
@@ -1122,7 +1131,7 @@ impl Machine {
         let outcome = RpcOutcome::Response {
             executed: executed && error.is_empty(),
             error,
-            metadata: Bytes::new(),
+            metadata: incoming.metadata,
             body: incoming.body,
             tags: Tags(tags),
             responder: self.client_id.clone(),
@@ -1175,20 +1184,21 @@ impl Machine {
     pub fn deliver_rpc_reply(&mut self, sub: SubNo, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome, out: &mut Out) {
         self.rpc_pending = self.rpc_pending.saturating_sub(1);
         let mut tags = Vec::new();
-        let (body, error, executed) = match outcome {
-            RpcOutcome::Response { executed, error, body, tags: theirs, .. } => {
+        // An AMQP responder's answer keeps its envelope (the sections it sent come back typed).
+        let (body, error, executed, metadata) = match outcome {
+            RpcOutcome::Response { executed, error, body, tags: theirs, metadata, .. } => {
                 tags.extend(
                     theirs
                         .0
                         .into_iter()
                         .filter(|(k, _)| !matches!(k.as_ref(), mapping::CORRELATION_ID | mapping::REPLY_TO | mapping::EXECUTED | mapping::RPC_ERROR)),
                 );
-                (body, error, executed)
+                (body, error, executed, metadata)
             }
             _ if pattern == Pattern::Queries => return,
-            RpcOutcome::Timeout => (Bytes::new(), Bytes::from_static(b"timeout"), false),
-            RpcOutcome::NoResponder => (Bytes::new(), Bytes::from_static(b"no responder"), false),
-            RpcOutcome::Unavailable => (Bytes::new(), Bytes::from_static(b"unavailable"), false),
+            RpcOutcome::Timeout => (Bytes::new(), Bytes::from_static(b"timeout"), false, Bytes::new()),
+            RpcOutcome::NoResponder => (Bytes::new(), Bytes::from_static(b"no responder"), false, Bytes::new()),
+            RpcOutcome::Unavailable => (Bytes::new(), Bytes::from_static(b"unavailable"), false, Bytes::new()),
         };
         if let Some(c) = correlation_id {
             tags.push((Bytes::from_static(mapping::CORRELATION_ID), c));
@@ -1205,7 +1215,7 @@ impl Machine {
             id: Bytes::from(format!("reply-{n}")),
             channel: Channel::default(),
             client_id: Bytes::new(),
-            metadata: Bytes::new(),
+            metadata,
             body,
             tags: Tags(tags),
             timestamp_ns: 0,
@@ -1309,6 +1319,13 @@ fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) 
             send_message(sess, ch, handle, &msg, true, max_frame, out);
             continue;
         }
+        if link.presettled {
+            // At most once: acknowledged to the array as it goes out settled.
+            let channel = link.channel.clone();
+            send_message(sess, ch, handle, &msg, true, max_frame, out);
+            out.ops.push((ArrayOp::Settle { sub, channel, tags: vec![tag], action: Settle::Ack }, None));
+            continue;
+        }
         link.unsettled += 1;
         let id = send_message(sess, ch, handle, &msg, false, max_frame, out);
         sess.unsettled.insert(id, (handle, sub, tag));
@@ -1320,7 +1337,7 @@ fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) 
 fn send_message(sess: &mut Sess, ch: u16, handle: u32, msg: &Message, settled: bool, max_frame: usize, out: &mut Out) -> u32 {
     let id = sess.next_delivery_id;
     sess.next_delivery_id = sess.next_delivery_id.wrapping_add(1);
-    let payload = mapping::encode(&msg.id, &msg.body, &msg.tags);
+    let payload = mapping::encode(&msg.id, &msg.body, &msg.tags, &msg.metadata);
     let chunk = max_frame.saturating_sub(frame::HEADER_LEN + TRANSFER_OVERHEAD).max(64);
     let mut parts = payload.chunks(chunk).peekable();
     let mut first = true;
@@ -1505,7 +1522,7 @@ fn message_of(host: &dyn Host, channel: Channel, client_id: Bytes, incoming: map
         id: host.new_message_id(),
         channel,
         client_id,
-        metadata: Bytes::new(),
+        metadata: incoming.metadata,
         body: incoming.body,
         tags: incoming.tags,
         timestamp_ns: host.now_ns(),

@@ -4,8 +4,12 @@
 //! `content-type` ↔ `stomp.content-type`, `correlation-id` ↔ `stomp.correlation-id`,
 //! `reply-to` ↔ `stomp.reply-to`, and string application-properties ↔ custom tags.
 //!
-//! Not yet: the `amqp10` JSON metadata envelope, typed (non-string) application properties,
-//! annotations, footer, header fields.
+//! Everything else of the message (all its properties, application properties with their
+//! AMQP types, annotations, footer, which body section) travels in the `amqp10` metadata
+//! envelope ([`super::envelope`]) and comes back from it to an AMQP receiver. Not carried:
+//! the header section (durable, priority, ttl, first-acquirer, delivery-count: the
+//! gateway's own for each delivery).
+use super::envelope::{self, BodySection, Sections};
 use crate::model::Tags;
 use bytes::Bytes;
 use fe2o3_amqp_types::messaging::message::__private::{Deserializable, Serializable};
@@ -37,6 +41,8 @@ pub struct Incoming {
     pub correlation: Option<String>,
     /// `header.ttl` in ms: an RPC request's time-out (§3.6).
     pub ttl_ms: Option<u32>,
+    /// The `amqp10` envelope: the message's KubeMQ Metadata.
+    pub metadata: Bytes,
 }
 
 /// Why a message was refused: `amqp:decode-error`.
@@ -46,6 +52,20 @@ pub struct Undecodable;
 /// Decodes one whole message (all its transfer frames' payloads joined).
 pub fn decode(bytes: &[u8]) -> Result<Incoming, Undecodable> {
     let Deserializable(msg): Deserializable<Message<Body<Value>>> = serde_amqp::from_slice(bytes).map_err(|_| Undecodable)?;
+    let section = match &msg.body {
+        Body::Data(_) => Some(BodySection::Data),
+        Body::Value(AmqpValue(Value::Null)) | Body::Empty => None,
+        Body::Value(_) => Some(BodySection::Value),
+        _ => None,
+    };
+    let metadata = envelope::write(&Sections {
+        props: msg.properties.as_ref(),
+        app: msg.application_properties.as_ref().map(|a| &a.0),
+        annotations: msg.message_annotations.as_ref().map(|a| &a.0),
+        delivery_annotations: msg.delivery_annotations.as_ref().map(|a| &a.0),
+        footer: msg.footer.as_ref().map(|f| &f.0),
+        body: section,
+    });
     let body = match msg.body {
         Body::Data(batch) => {
             let mut out = Vec::new();
@@ -91,7 +111,7 @@ pub fn decode(bytes: &[u8]) -> Result<Incoming, Undecodable> {
             }
         }
     }
-    Ok(Incoming { body, tags: Tags(tags), to, reply_to, correlation, ttl_ms })
+    Ok(Incoming { body, tags: Tags(tags), to, reply_to, correlation, ttl_ms, metadata })
 }
 
 fn message_id_text(id: MessageId) -> String {
@@ -117,12 +137,16 @@ fn simple_text(v: SimpleValue) -> Option<String> {
     })
 }
 
-/// Encodes a KubeMQ message for an AMQP receiver: one `Data` section, the message id, and the
-/// tags back as properties / string application-properties.
-/// An RPC reply's [`EXECUTED`] tag goes out as a boolean application property (§3.6).
-pub fn encode(id: &[u8], body: &[u8], tags: &Tags) -> Vec<u8> {
+/// Encodes a KubeMQ message for an AMQP receiver: the message id, the tags back as
+/// properties / string application-properties, and, when its Metadata is an `amqp10` envelope
+/// (an AMQP producer's), the sections it holds, typed as they were sent (an envelope's
+/// application property wins over the tag of the same name, which holds its text). The body
+/// is one `Data` section, or an `AmqpValue` (a string when it is UTF-8) when the producer sent
+/// one. An RPC reply's [`EXECUTED`] tag goes out as a boolean application property (§3.6).
+pub fn encode(id: &[u8], body: &[u8], tags: &Tags, metadata: &[u8]) -> Vec<u8> {
     let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
-    let mut props = Properties { message_id: Some(MessageId::String(String::from_utf8_lossy(id).into_owned())), ..Properties::default() };
+    let restored = envelope::read(metadata).unwrap_or_default();
+    let mut props = Properties { message_id: Some(MessageId::String(String::from_utf8_lossy(id).into_owned())), ..restored.props };
     let mut app = OrderedMap::new();
     for (k, v) in &tags.0 {
         match k.as_ref() {
@@ -137,14 +161,24 @@ pub fn encode(id: &[u8], body: &[u8], tags: &Tags) -> Vec<u8> {
             }
         }
     }
+    for (k, v) in restored.app {
+        app.insert(k, v);
+    }
+    let body = match restored.body {
+        Some(BodySection::Value) => Body::<Value>::Value(AmqpValue(match std::str::from_utf8(body) {
+            Ok(s) => Value::String(s.to_string()),
+            Err(_) => Value::Binary(body.to_vec().into()),
+        })),
+        _ => Body::<Value>::Data(vec![Data(Binary::from(body.to_vec()))].into()),
+    };
     let msg = Message {
         header: None,
-        delivery_annotations: None,
-        message_annotations: None,
+        delivery_annotations: restored.delivery_annotations,
+        message_annotations: restored.annotations,
         properties: Some(props),
         application_properties: (!app.is_empty()).then_some(ApplicationProperties(app)),
-        body: Body::<Value>::Data(vec![Data(Binary::from(body.to_vec()))].into()),
-        footer: None,
+        body,
+        footer: restored.footer,
     };
     // Encoding our own well-formed values does not fail; an empty payload (decoded by the
     // peer as an error) would be the symptom if the type crate ever did.
@@ -164,7 +198,7 @@ mod tests {
             (Bytes::from_static(b"color"), Bytes::from_static(b"blue")),
         ]);
         let body: Vec<u8> = (0..=255u8).chain(0..=255u8).collect();
-        let got = decode(&encode(b"m-1", &body, &tags)).unwrap();
+        let got = decode(&encode(b"m-1", &body, &tags, b"")).unwrap();
         assert_eq!(&got.body[..], &body[..]);
         assert_eq!(got.tags, tags);
     }

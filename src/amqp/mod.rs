@@ -6,6 +6,7 @@
 //! What works and what does not yet is listed in `machine`'s doc and README's "AMQP 1.0".
 pub mod address;
 pub mod durable;
+pub mod envelope;
 pub mod error;
 pub mod frame;
 pub mod machine;

@@ -4,14 +4,16 @@ STOMP on the same channel, a bad address refused with amqp:not-found, and a craf
 size closing the connection while the gateway keeps serving."""
 from __future__ import annotations
 
+import json
 import socket
 import struct
+import uuid
 
 import pytest
 
 proton = pytest.importorskip("proton")
 from proton import Message  # noqa: E402
-from proton import Timeout  # noqa: E402
+from proton import Timeout, int32, symbol, timestamp  # noqa: E402
 from proton.utils import BlockingConnection  # noqa: E402
 
 from gateway_proc import stop_gateway  # noqa: E402
@@ -105,6 +107,88 @@ def test_amqp_to_stomp_and_stomp_to_amqp(amqp_gw):
         assert got is not None, "no STOMP message reached the AMQP receiver"
         assert body_of(got) == b"from-stomp"
         assert (got.properties or {}).get("flavour") == "mint", got.properties
+    finally:
+        c.close()
+        stomp.close()
+
+
+def _typed_message() -> Message:
+    """An AMQP message whose sections KubeMQ's own fields cannot hold: an AmqpValue string
+    body, properties beyond content-type and correlation-id, typed application properties and a
+    message annotation."""
+    return Message(
+        body="typed ü",
+        subject="greeting",
+        group_id="g-1",
+        creation_time=1764620000.5,
+        properties={"n": int32(-5), "big": 9007199254740993, "when": timestamp(1764620000123),
+                    "id": uuid.UUID("12345678-9abc-def0-0102-030405060708"), "raw": b"\x00\xff", "text": "plain"},
+        annotations={symbol("x-opt-tag"): int32(2)},
+    )
+
+
+def test_the_amqp10_envelope_brings_typed_sections_back_to_amqp_and_shows_as_metadata_on_stomp(amqp_gw):
+    """connector-extra.md §3.9: an AMQP-produced message carries an `amqp10` JSON envelope in its
+    Metadata: an AMQP receiver gets every section back with its AMQP types, and a STOMP
+    consumer sees the envelope as `x-kubemq-metadata`."""
+    u = uniq()
+    c = connect(amqp_gw)
+    stomp = Client(amqp_gw.port)
+    try:
+        s = c.create_sender(f"queues/{u}")
+        s.send(_typed_message())
+        r = c.create_receiver(f"queues/{u}", credit=1)
+        m = r.receive(timeout=TIMEOUT)
+        r.accept()
+        assert m.body == "typed ü" and isinstance(m.body, str), repr(m.body)
+        assert (m.subject, m.group_id) == ("greeting", "g-1")
+        assert m.creation_time == 1764620000.5, m.creation_time
+        p = m.properties
+        assert p["n"] == -5 and isinstance(p["n"], int32), repr(p["n"])
+        assert p["big"] == 9007199254740993, repr(p["big"])
+        assert p["when"] == 1764620000123 and isinstance(p["when"], timestamp), repr(p["when"])
+        assert p["id"] == uuid.UUID("12345678-9abc-def0-0102-030405060708"), repr(p["id"])
+        assert p["raw"] == b"\x00\xff", repr(p["raw"])
+        assert p["text"] == "plain"
+        assert m.annotations == {symbol("x-opt-tag"): 2}, m.annotations
+        assert isinstance(m.annotations[symbol("x-opt-tag")], int32)
+        # Detached: its subscription (prefetch 1, never lowered) does not take the next one.
+        r.close()
+
+        s.send(_typed_message())
+        sid = stomp.subscribe(f"/queue/{u}")
+        [sm] = stomp.wait_messages(1, sid)
+        assert sm.body == "typed ü".encode(), sm.body
+        env = json.loads(sm.headers["x-kubemq-metadata"])["amqp10"]
+        assert env["body_section"] == "value", env
+        assert env["props"]["subject"] == "greeting" and env["props"]["creation-time"] == {"$ts": 1764620000.5}, env
+        assert env["app"]["n"] == {"$i32": -5} and env["app"]["big"] == {"$int64": "9007199254740993"}, env
+        assert env["app"]["when"] == {"$ts": 1764620000.123} and env["app"]["raw"] == {"$bin": "AP8="}, env
+        assert env["app"]["id"] == {"$uuid": "12345678-9abc-def0-0102-030405060708"} and env["app"]["text"] == "plain", env
+        assert env["annotations"] == {"x-opt-tag": {"$i32": 2}}, env
+    finally:
+        c.close()
+        stomp.close()
+
+
+def test_a_plain_message_gets_the_smallest_envelope_and_a_stomp_message_none(amqp_gw):
+    """Always present for an AMQP producer (at least `{"amqp10":{}}` with its body section);
+    never invented for a STOMP one, which an AMQP receiver gets as a Data section."""
+    u = uniq()
+    c = connect(amqp_gw)
+    stomp = Client(amqp_gw.port)
+    try:
+        c.create_sender(f"queues/{u}").send(Message(body=b"bytes"))
+        sid = stomp.subscribe(f"/queue/{u}")
+        [sm] = stomp.wait_messages(1, sid)
+        # python-qpid-proton sends a bytes body as an AmqpValue (binary), not a Data section.
+        assert json.loads(sm.headers["x-kubemq-metadata"]) == {"amqp10": {"body_section": "value"}}, sm.headers
+        stomp.send(f"/queue/{u}.back", b"from-stomp", receipt=True)
+        r = c.create_receiver(f"queues/{u}.back", credit=1)
+        m = r.receive(timeout=TIMEOUT)
+        r.accept()
+        assert body_of(m) == b"from-stomp" and not isinstance(m.body, str), repr(m.body)
+        assert not m.annotations and not m.subject, (m.annotations, m.subject)
     finally:
         c.close()
         stomp.close()

@@ -281,7 +281,7 @@ fn a_sender_to_events_gets_credit_and_its_message_is_published() {
         }
         other => panic!("{other:?}"),
     }
-    let body = mapping::encode(b"x", b"hello", &Default::default());
+    let body = mapping::encode(b"x", b"hello", &Default::default(), b"");
     let out = p.send(0, Performative::Transfer(transfer(0, 0, true, false)), &body);
     match &out.ops[..] {
         [(ArrayOp::Publish { pattern: Pattern::Events, msg }, None)] => {
@@ -297,7 +297,7 @@ fn a_multi_frame_transfer_is_joined_and_one_over_max_message_size_detaches() {
     let mut p = Peer::opened(Settings { max_message_size: 300, ..Settings::default() });
     p.send(0, Performative::Attach(attach(0, Role::Sender, "queues/q")), &[]);
     p.performatives();
-    let body = mapping::encode(b"x", &[7u8; 200], &Default::default());
+    let body = mapping::encode(b"x", &[7u8; 200], &Default::default(), b"");
     let (a, b) = body.split_at(100);
     assert!(p.send(0, Performative::Transfer(transfer(0, 0, false, true)), a).ops.is_empty());
     let out = p.send(0, Performative::Transfer(transfer(0, 0, false, false)), b);
@@ -317,7 +317,7 @@ fn a_multi_frame_transfer_is_joined_and_one_over_max_message_size_detaches() {
         [Performative::Disposition(Disposition { first: 0, settled: true, state: Some(DeliveryState::Accepted(_)), .. })]
     ));
     // Over 300 bytes in all: the link is detached with message-size-exceeded.
-    let big = mapping::encode(b"x", &[1u8; 400], &Default::default());
+    let big = mapping::encode(b"x", &[1u8; 400], &Default::default(), b"");
     p.send(0, Performative::Transfer(transfer(0, 1, false, true)), &big[..200]);
     let out = p.send(0, Performative::Transfer(transfer(0, 1, false, false)), &big[200..]);
     assert!(out.ops.is_empty());
@@ -476,7 +476,7 @@ fn an_attach_needs_read_to_receive_and_write_to_send_under_the_rules() {
         }
         // A transfer on the refused link (the last case) is not published either.
         if role == Role::Sender {
-            let out = p.send(0, Performative::Transfer(transfer(handle, 0, false, false)), &mapping::encode(b"m", b"x", &Default::default()));
+            let out = p.send(0, Performative::Transfer(transfer(handle, 0, false, false)), &mapping::encode(b"m", b"x", &Default::default(), b""));
             // (The unknown handle ends the session: its allowed links are unsubscribed.)
             assert!(!out.ops.iter().any(|(op, _)| matches!(op, ArrayOp::QueueSend { .. } | ArrayOp::Publish { .. })), "{:?}", out.ops);
         }
@@ -594,7 +594,7 @@ fn an_events_store_sender_publishes_to_the_store() {
     let mut p = Peer::opened(Settings::default());
     p.send(0, Performative::Attach(attach(0, Role::Sender, "events-store/audit")), &[]);
     p.performatives();
-    let out = p.send(0, Performative::Transfer(transfer(0, 0, false, false)), &mapping::encode(b"m", b"stored", &Default::default()));
+    let out = p.send(0, Performative::Transfer(transfer(0, 0, false, false)), &mapping::encode(b"m", b"stored", &Default::default(), b""));
     match &out.ops[..] {
         [(ArrayOp::Publish { pattern: Pattern::EventsStore, msg }, Some(_))] => {
             assert_eq!(msg.channel, Channel::from_static("audit"));
@@ -728,6 +728,40 @@ fn a_dynamic_receiver_gets_a_minted_address_of_its_connection_removed_on_detach(
     let foreign = DynamicAddress { conn: 78, ..parsed }.to_string();
     p.send(0, Performative::Transfer(transfer(3, 2, false, false)), &props_msg(Some(&foreign), None, None, None, &[]));
     assert_eq!(rejected_with(&mut p), "amqp:precondition-failed");
+}
+
+#[test]
+fn a_presettled_queue_consumer_gets_settled_transfers_acknowledged_as_sent() {
+    // Seed 002's at-most-once queue consumer: snd-settle-mode=settled.
+    let mut p = Peer::opened(Settings::default());
+    let mut a = attach(1, Role::Receiver, "queues/amo");
+    a.snd_settle_mode = SenderSettleMode::Settled;
+    p.send(0, Performative::Attach(a), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(r)] if r.snd_settle_mode == SenderSettleMode::Settled));
+    let out = p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
+    let sub = match &out.ops[..] {
+        [(ArrayOp::Subscribe { sub, .. }, None)] => *sub,
+        other => panic!("{other:?}"),
+    };
+    let mut out = Out::default();
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"once"), 7, &mut out));
+    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { sub: s, tags, action: Settle::Ack, .. }, None)] if *s == sub && tags == &vec![7]), "{:?}", out.ops);
+    p.got.extend_from_slice(&out.write);
+    assert!(matches!(&p.performatives()[..], [Performative::Transfer(t)] if t.settled == Some(true)));
+    // Nothing is left to give back at detach.
+    let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
+    assert!(out.ops.iter().all(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })), "{:?}", out.ops);
+}
+
+#[test]
+fn rcv_settle_mode_second_is_refused_not_implemented() {
+    let mut p = Peer::opened(Settings::default());
+    for (handle, role) in [(1, Role::Receiver), (2, Role::Sender)] {
+        let mut a = attach(handle, role, "queues/q");
+        a.rcv_settle_mode = ReceiverSettleMode::Second;
+        p.send(0, Performative::Attach(a), &[]);
+        assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-implemented"));
+    }
 }
 
 #[test]
@@ -1188,7 +1222,7 @@ fn a_peer_past_the_incoming_window_ends_the_session_and_a_well_behaved_one_is_re
     let mut p = Peer::opened(Settings { incoming_window: 4, ..Settings::default() });
     p.send(0, Performative::Attach(attach(0, Role::Sender, "events/e")), &[]);
     p.performatives();
-    let body = mapping::encode(b"m", b"x", &Default::default());
+    let body = mapping::encode(b"m", b"x", &Default::default(), b"");
     let session_flows = |ps: &[Performative]| ps.iter().filter(|f| matches!(f, Performative::Flow(f) if f.handle.is_none())).count();
     // One read batch at a time, within the window: a session FLOW re-opens it at half.
     for (id, want_flow) in [(0, false), (1, true), (2, false), (3, true), (4, false)] {
