@@ -159,10 +159,11 @@ def _start_one(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
     log_paths.append(log_path)
     # Unless asked for (grpc=True, then on a free loopback port), the gRPC API stays off so
     # parallel gateways never compete for its default port (0.0.0.0:50000). The same for STOMP
-    # over WebSocket (default 0.0.0.0:15674) and AMQP 1.0 (0.0.0.0:5672, and amqps 0.0.0.0:5671
-    # with a certificate): a test wanting one passes --ws-addr / --amqp-addr / --amqp-tls-addr.
+    # over WebSocket (default 0.0.0.0:15674, and wss 0.0.0.0:15673 with a certificate) and AMQP
+    # 1.0 (0.0.0.0:5672, and amqps 0.0.0.0:5671 with a certificate): a test wanting one passes
+    # --ws-addr / --ws-tls-addr / --amqp-addr / --amqp-tls-addr.
     args = {"--cores": "2", "--heartbeat-ms": "10000", "--queue-ack-timeout-s": "2", "--grpc-addr": "off",
-            "--ws-addr": "off", "--amqp-addr": "off", "--amqp-tls-addr": "off"}
+            "--ws-addr": "off", "--ws-tls-addr": "off", "--amqp-addr": "off", "--amqp-tls-addr": "off"}
     grpc_port = None
     if grpc:
         grpc_port = free_port()

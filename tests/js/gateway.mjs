@@ -19,7 +19,8 @@ function freePort() {
   });
 }
 
-function listening(port, deadline) {
+/** Resolves once 127.0.0.1:`port` accepts a connection; rejects past `deadline` (ms since the epoch). */
+export function listening(port, deadline) {
   return new Promise((resolve, reject) => {
     const attempt = () => {
       const sock = net.connect(port, '127.0.0.1');
@@ -38,23 +39,26 @@ function listening(port, deadline) {
 export { freePort };
 
 /** A running gateway: `url` is its ws:// address, `stompPort` its STOMP TCP port; `stop()` ends it. With `{ grpc: true }` its
- * KubeMQ gRPC API listens too, at `grpcAddr` (the RPC responders of the tests live there). */
-export async function startGateway(extraArgs = [], { grpc = false } = {}) {
-  const [stompPort, wsPort, grpcPort] = [await freePort(), await freePort(), grpc ? await freePort() : 0];
+ * KubeMQ gRPC API listens too, at `grpcAddr` (the RPC responders of the tests live there); with `{ amqp: true }` its AMQP 1.0
+ * listener, at `amqpPort`. */
+export async function startGateway(extraArgs = [], { grpc = false, amqp = false } = {}) {
+  const [stompPort, wsPort, grpcPort, amqpPort] = [await freePort(), await freePort(), grpc ? await freePort() : 0, amqp ? await freePort() : 0];
   const args = ['--cores', '1', '--grpc-addr', grpc ? `127.0.0.1:${grpcPort}` : 'off',
-    '--amqp-addr', 'off', '--stomp-addr', `127.0.0.1:${stompPort}`, '--ws-addr', `127.0.0.1:${wsPort}`, ...extraArgs];
+    '--amqp-addr', amqp ? `127.0.0.1:${amqpPort}` : 'off', '--stomp-addr', `127.0.0.1:${stompPort}`, '--ws-addr', `127.0.0.1:${wsPort}`, ...extraArgs];
   const child = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });
   const exited = new Promise((resolve) => child.once('exit', resolve));
+  const deadline = Date.now() + 20000;
   await Promise.race([
-    listening(wsPort, Date.now() + 20000),
+    Promise.all([listening(wsPort, deadline), amqp ? listening(amqpPort, deadline) : null]),
     exited.then((code) => { throw new Error(`stompgate exited (${code}): ${stderr}`); }),
   ]);
   return {
     url: `ws://127.0.0.1:${wsPort}/ws`,
     wsPort,
     stompPort,
+    amqpPort: amqp ? amqpPort : null,
     grpcAddr: grpc ? `127.0.0.1:${grpcPort}` : null,
     stderr: () => stderr,
     stop: async () => { child.kill('SIGTERM'); await exited; },
