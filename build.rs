@@ -21,7 +21,11 @@ const ENTRY_MESSAGE: &str = "\n// The wire form of every `map<string, string>` f
 message TagsEntry {\n  optional string key = 1;\n  optional string value = 2;\n}\n";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Only the public schema and this script decide the generated code. tonic-build's own
+    // rerun-if-changed would name the copy below, which this script writes: every build would
+    // then rerun it and recompile the crate.
     println!("cargo:rerun-if-changed={PUBLIC_PROTO}");
+    println!("cargo:rerun-if-changed=build.rs");
     // A `PROTOC` already set in the environment wins (e.g. a platform the vendored crate lacks).
     if std::env::var_os("PROTOC").is_none() {
         let protoc = protoc_bin_vendored::protoc_bin_path()?;
@@ -36,7 +40,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from(std::env::var("OUT_DIR")?).join("wire-proto");
     std::fs::create_dir_all(&dir)?;
     let wire_path = dir.join("kubemq.proto");
-    std::fs::write(&wire_path, wire)?;
-    tonic_build::configure().build_server(true).build_client(true).compile_protos(&[&wire_path], &[&dir])?;
+    if std::fs::read_to_string(&wire_path).ok().as_deref() != Some(wire.as_str()) {
+        std::fs::write(&wire_path, &wire)?;
+    }
+    tonic_build::configure().build_server(true).build_client(true).emit_rerun_if_changed(false).compile_protos(&[&wire_path], &[&dir])?;
     Ok(())
 }
