@@ -14,7 +14,10 @@
 #             the harness with --tls --tls-ca (full handshakes: no session resumption)
 #   auth      --stomp-addr 127.0.0.1:PORT+2 --auth-jwt-key (HS256); every harness connection
 #             sends the JWT as passcode
-#   tls-auth  both (not in the default MODES)
+#   authz     auth plus --authz-file: 20 rules naming other clients, then the one that allows
+#             the harness's client id every pattern and channel (the cached decision per
+#             channel is what a SEND pays; not in the default MODES)
+#   tls-auth  both TLS and auth (not in the default MODES)
 # Certificates (a CA and a server certificate for 127.0.0.1 and localhost) are made with
 # openssl, the HMAC secret from /dev/urandom, the token (ClientID stompgate-load, exp in 1 day)
 # with python3's hmac; all in a temporary directory removed at the end.
@@ -25,8 +28,8 @@
 #                            also: queue (2->2, receipt every 1000), fanout-rate (1->4 at 2000/s)
 #   MODES="plain tls auth"   the modes above; ratios are against plain
 #   DURATION_S=8 WARMUP_S=2  measured window and warm-up per run
-#   PORT=61663               the modes listen on PORT, PORT+1, PORT+2, PORT+3 (in MODES order of
-#                            the list above), each its own port across rounds
+#   PORT=61663               the modes listen on PORT, PORT+1, PORT+2, PORT+3, PORT+4 (plain,
+#                            tls, auth, tls-auth, authz), each its own port across rounds
 #   STOMPGATE_BIN            the gateway to measure [default: this tree's target/release/stompgate]
 #   SKIP_BUILD=1             do not run cargo build first
 #   ARGS=""                  extra flags for every gateway
@@ -96,12 +99,23 @@ signing_input = head + b"." + claims
 print((signing_input + b"." + b64(hmac.new(secret, signing_input, hashlib.sha256).digest())).decode())
 PY
 
+# The authz mode's rules: 20 for other clients, then the harness's.
+python3 - >"$WORK/rules.json" <<'PY'
+import json
+rules = [{"ClientID": f"tenant-{i}", "Events": True, "Queues": True, "Channel": f"tenant-{i}\\..*", "Read": True, "Write": True}
+         for i in range(20)]
+rules.append({"ClientID": "stompgate-load", "Events": True, "EventsStore": True, "Queues": True, "Commands": True,
+              "Queries": True, "Channel": ".*", "Read": True, "Write": True})
+print(json.dumps(rules))
+PY
+
 mode_port() {
     case "$1" in
     plain) echo "$PORT" ;;
     tls) echo "$((PORT + 1))" ;;
     auth) echo "$((PORT + 2))" ;;
     tls-auth) echo "$((PORT + 3))" ;;
+    authz) echo "$((PORT + 4))" ;;
     *) echo "tls-auth-bench.sh: unknown mode $1" >&2; exit 2 ;;
     esac
 }
@@ -114,6 +128,7 @@ gateway_args() { # mode port
     tls) echo "$tls" ;;
     auth) echo "--stomp-addr 127.0.0.1:$2 --stomp-tls-addr off $auth" ;;
     tls-auth) echo "$tls $auth" ;;
+    authz) echo "--stomp-addr 127.0.0.1:$2 --stomp-tls-addr off $auth --authz-file $WORK/rules.json" ;;
     esac
 }
 
@@ -125,6 +140,7 @@ harness_args() { # mode
     tls) echo "$tls" ;;
     auth) echo "$auth" ;;
     tls-auth) echo "$tls $auth" ;;
+    authz) echo "$auth" ;;
     esac
 }
 
@@ -137,7 +153,7 @@ s = socket.create_connection(("127.0.0.1", port), timeout=1)
 if mode.startswith("tls"):
     ctx = ssl.create_default_context(cafile=f"{work}/ca.pem")
     s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
-token = open(f"{work}/token").read().strip() if mode.endswith("auth") else "guest"
+token = open(f"{work}/token").read().strip() if mode.endswith(("auth", "authz")) else "guest"
 s.sendall(f"CONNECT\naccept-version:1.2\nhost:x\nlogin:ready\npasscode:{token}\n\n\0".encode())
 s.settimeout(2)
 sys.exit(0 if s.recv(9).startswith(b"CONNECTED") else 1)
