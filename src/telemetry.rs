@@ -7,6 +7,7 @@
 //! the egress threads update theirs as things happen (connects, breaks, confirmations), which
 //! is far from the per-message path. Without `--metrics-addr` no recorder is installed and
 //! every handle below is a no-op.
+pub mod amqp;
 pub mod http;
 pub mod latency;
 pub mod views;
@@ -52,6 +53,8 @@ pub struct CoreMetrics {
     pub queue_depths: QueueDepths,
     /// `stompgate_delivery_latency_seconds`: the core's histogram as the listener sees it.
     pub delivery_latency: latency::Publisher,
+    /// The `kubemq_amqp10_*` families.
+    pub amqp: amqp::AmqpMetrics,
 }
 
 impl CoreMetrics {
@@ -69,6 +72,7 @@ impl CoreMetrics {
             tls_handshakes_failed: counter!("stompgate_tls_handshakes_failed_total", "core" => core),
             queue_depths: QueueDepths::new(id),
             delivery_latency: latency::Publisher::new(id),
+            amqp: amqp::AmqpMetrics::new(id),
         }
     }
 }

@@ -51,12 +51,12 @@ fn only_get_on_the_served_paths_answers() {
         assert!(r.starts_with("HTTP/1.1 404"), "{path}: {r}");
         assert!(!r.contains("stompgate_"), "{path} leaked metrics: {r}");
     }
-    for path in ["/api/channels", "/api/stomp/connections"] {
+    for path in ["/api/channels", "/api/stomp/connections", "/api/amqp10/connections", "/api/amqp10/links"] {
         let r = get(addr, path);
         assert!(r.starts_with("HTTP/1.1 200"), "{path}: {r}");
         assert!(r.to_ascii_lowercase().contains("content-type: application/json"), "{path}: {r}");
     }
-    for path in ["/metrics", "/api/channels", "/api/stomp/connections"] {
+    for path in ["/metrics", "/api/channels", "/api/stomp/connections", "/api/amqp10/connections", "/api/amqp10/links"] {
         for method in ["POST", "PUT", "DELETE"] {
             let r = exchange(addr, &format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"));
             assert!(r.starts_with("HTTP/1.1 405"), "{method} {path}: {r}");
@@ -273,4 +273,163 @@ fn channels_view_lists_each_pattern_and_channel_with_its_counts() {
     // Only GET.
     let r = exchange(addr, "POST /api/channels HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n");
     assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+}
+
+// ---- AMQP 1.0 views and gauges (issue 16 item 6) ----
+
+/// A hand-driven AMQP 1.0 client on a real socket: no SASL, OPEN with `container_id` and the
+/// `product`/`version` properties, one session, a receiver on `queues/rq` with credit 5 and a
+/// sender to `events/e`.
+fn raw_amqp(addr: SocketAddr, container_id: &str) -> TcpStream {
+    use fe2o3_amqp_types::definitions::{Fields, Handle, Role};
+    use fe2o3_amqp_types::messaging::{Source, Target, TargetArchetype};
+    use fe2o3_amqp_types::performatives::{Attach, Begin, Flow, Open, Performative};
+    use fe2o3_amqp_types::primitives::Symbol;
+    use stompgate::amqp::frame::{write_amqp, AMQP_HEADER};
+    let mut props = Fields::default();
+    props.insert(Symbol::from("product"), serde_amqp::Value::String("raw-rust".into()));
+    props.insert(Symbol::from("version"), serde_amqp::Value::String("0.0.1".into()));
+    let open = Open {
+        container_id: container_id.into(),
+        hostname: None,
+        max_frame_size: 65536.into(),
+        channel_max: 9.into(),
+        idle_time_out: None,
+        outgoing_locales: None,
+        incoming_locales: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: Some(props),
+    };
+    let begin = Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 1000,
+        outgoing_window: 1000,
+        handle_max: Handle(10),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    };
+    let attach = |handle: u32, role: Role, address: &str| Attach {
+        name: format!("l{handle}"),
+        handle: Handle(handle),
+        role: role.clone(),
+        snd_settle_mode: Default::default(),
+        rcv_settle_mode: Default::default(),
+        source: (role == Role::Receiver).then(|| Box::new(Source::builder().address(address).build())),
+        target: (role == Role::Sender).then(|| Box::new(TargetArchetype::Target(Target::builder().address(address).build()))),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: Some(0),
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    };
+    let flow = Flow {
+        next_incoming_id: Some(0),
+        incoming_window: 1000,
+        next_outgoing_id: 0,
+        outgoing_window: 1000,
+        handle: Some(Handle(0)),
+        delivery_count: Some(0),
+        link_credit: Some(5),
+        available: None,
+        drain: false,
+        echo: false,
+        properties: None,
+    };
+    let mut b = bytes::BytesMut::new();
+    b.extend_from_slice(&AMQP_HEADER);
+    write_amqp(&mut b, 0, &Performative::Open(open), &[]);
+    write_amqp(&mut b, 0, &Performative::Begin(begin), &[]);
+    write_amqp(&mut b, 0, &Performative::Attach(attach(0, Role::Receiver, "queues/rq")), &[]);
+    write_amqp(&mut b, 0, &Performative::Flow(flow), &[]);
+    write_amqp(&mut b, 0, &Performative::Attach(attach(1, Role::Sender, "events/e")), &[]);
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&b).unwrap();
+    s
+}
+
+/// The sum over cores of one `kubemq_amqp10_*` series (`labels`: the series' other labels as
+/// they appear, e.g. `role="receiver"`).
+fn amqp_gauge(addr: SocketAddr, family: &str, labels: &str) -> f64 {
+    let text = get(addr, "/metrics");
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) && l.contains("core=\"") && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn poll<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `/api/amqp10/connections` and `/links` list a raw client's connection (its container-id,
+/// OPEN properties, no SASL, one session, two links) and links (role, pattern, channel,
+/// credit) from whichever core took it; the gauges count it; both forget it once the socket
+/// closes.
+#[test]
+fn amqp_views_and_gauges_follow_a_raw_client() {
+    let amqp = free_port();
+    let (_gw, addr) = {
+        let m = free_port();
+        let gw = Gateway::spawn(&["--metrics-addr", &m.to_string(), "--amqp-addr", &amqp.to_string(), "--cores", "2"], None);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(m).is_err() || TcpStream::connect(amqp).is_err() {
+            assert!(Instant::now() < deadline, "listeners not up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (gw, m)
+    };
+    let empty = get_json(addr, "/api/amqp10/connections");
+    assert_eq!(empty, serde_json::json!({"connections": [], "truncated": false, "cores_unanswered": 0}));
+    let sock = raw_amqp(amqp, "raw-1");
+    let conn = poll("the connection listed with its two links", || {
+        let doc = get_json(addr, "/api/amqp10/connections");
+        let c = doc["connections"].as_array()?.first()?.clone();
+        (c["links"] == 2).then_some(c)
+    });
+    assert_eq!(conn["container_id"], "raw-1");
+    assert_eq!(conn["client_id"], "raw-1");
+    assert_eq!((conn["product"].as_str(), conn["version"].as_str()), (Some("raw-rust"), Some("0.0.1")));
+    assert_eq!((conn["sasl"].as_str(), conn["tls"].as_bool(), conn["sessions"].as_u64()), (Some("none"), Some(false), Some(1)));
+    assert_eq!(conn["source_ip"], "127.0.0.1");
+    assert_eq!(conn["address"].as_str(), Some(sock.local_addr().unwrap().to_string().as_str()));
+    let links = get_json(addr, "/api/amqp10/links");
+    let links = links["links"].as_array().unwrap();
+    let by_name = |n: &str| links.iter().find(|l| l["name"] == n).unwrap_or_else(|| panic!("no {n}: {links:?}"));
+    let r = by_name("l0");
+    assert_eq!(
+        (&r["role"], &r["pattern"], &r["channel"], &r["address"], &r["credit"], &r["unsettled"]),
+        (&"receiver".into(), &"queues".into(), &"rq".into(), &"queues/rq".into(), &5.into(), &0.into())
+    );
+    let s = by_name("l1");
+    assert_eq!((&s["role"], &s["pattern"], &s["channel"], &s["credit"]), (&"sender".into(), &"events".into(), &"e".into(), &1024.into()));
+    assert_eq!((&s["client_id"], &s["durable"], &s["dynamic"], &s["core"]), (&"raw-1".into(), &false.into(), &false.into(), &conn["core"]));
+    poll("gauges: 1 connection, 1 session, 1 link each way", || {
+        let g = (
+            amqp_gauge(addr, "kubemq_amqp10_connections", ""),
+            amqp_gauge(addr, "kubemq_amqp10_sessions", ""),
+            amqp_gauge(addr, "kubemq_amqp10_links", "role=\"sender\""),
+            amqp_gauge(addr, "kubemq_amqp10_links", "role=\"receiver\""),
+        );
+        (g == (1.0, 1.0, 1.0, 1.0)).then_some(())
+    });
+    drop(sock);
+    poll("gone from the views and the gauges", || {
+        let gone = get_json(addr, "/api/amqp10/links")["links"].as_array()?.is_empty()
+            && get_json(addr, "/api/amqp10/connections")["connections"].as_array()?.is_empty()
+            && amqp_gauge(addr, "kubemq_amqp10_connections", "") == 0.0
+            && amqp_gauge(addr, "kubemq_amqp10_links", "") == 0.0;
+        gone.then_some(())
+    });
 }

@@ -50,10 +50,11 @@ use super::frame::{self, Frame, FrameDecoder, FrameError, ProtocolHeader, SaslBo
 use super::mapping;
 use super::selector::{self, Selector};
 use crate::auth::Access;
-use crate::mesh::msg::{CoreId, RpcOutcome, RpcRequest, Settle, StartAt, SubNo};
+use crate::mesh::msg::{AmqpConnectionView, AmqpLinkView, CoreId, RpcOutcome, RpcRequest, Settle, StartAt, SubNo, VIEW_TEXT_MAX};
 use crate::mesh::op::ArrayOp;
 use crate::model::{Channel, Message, Pattern, Tags};
 use crate::session::Host;
+use crate::telemetry::amqp::{self as counts, AmqpCounts, AmqpGauges};
 use ahash::AHashMap;
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::definitions::{self, Handle, ReceiverSettleMode, Role, SenderSettleMode};
@@ -132,6 +133,9 @@ pub struct Out {
     pub responders: Vec<ResponderOp>,
     /// Answers written to `responses/<token>`, for the core holding each request.
     pub responses: Vec<Response>,
+    /// What this call counted for the `kubemq_amqp10_*` families (plain integers; the
+    /// connection adds them to its core's).
+    pub counts: AmqpCounts,
 }
 
 /// A responder link (a peer receiver on `commands/<ch>` or `queries/<ch>`) starts or ends.
@@ -219,6 +223,13 @@ const MAX_SUBS_PER_LINK: usize = 16;
 const TRANSFER_OVERHEAD: usize = 128;
 
 struct Link {
+    /// The link's name, as the client attached it (at most `VIEW_TEXT_MAX` bytes kept).
+    name: Bytes,
+    /// The address the client attached to (a dynamic node's minted one); None for a null
+    /// target. At most `VIEW_TEXT_MAX` bytes kept.
+    address: Option<Bytes>,
+    /// Receiver side: the client's unsettled transfers waiting for the array's answer.
+    awaiting: u32,
     role: ServerRole,
     target: Target,
     pattern: Pattern,
@@ -278,8 +289,9 @@ pub struct Machine {
     next_sub: u32,
     subs: AHashMap<SubNo, (u16, u32)>,
     next_token: u64,
-    /// Unsettled incoming transfers waiting for the array: token → (channel, delivery id).
-    tokens: AHashMap<u64, (u16, u32)>,
+    /// Unsettled incoming transfers waiting for the array: token → (channel, delivery id,
+    /// link handle).
+    tokens: AHashMap<u64, (u16, u32, u32)>,
     /// This connection's dynamic nodes, each read by one link (its subscription number).
     dynamic: AHashMap<DynamicAddress, SubNo>,
     /// RPC requests sent and not answered yet (RpcMaxPending, §3.6).
@@ -292,6 +304,13 @@ pub struct Machine {
     refuse_open: Option<AmqpError>,
     /// The peer's OPEN container-id: half of a durable Events-Store identity (§3.8).
     container_id: String,
+    /// The SASL mechanism that succeeded, or `none` (the operator view).
+    sasl: &'static str,
+    /// When the OPEN was answered, Unix ms, and the OPEN properties `product` and `version`
+    /// (the operator view).
+    opened_at_ms: u64,
+    product: Option<Bytes>,
+    version: Option<Bytes>,
 }
 
 impl Machine {
@@ -315,6 +334,10 @@ impl Machine {
             peer_idle_timeout_ms: None,
             refuse_open: None,
             container_id: String::new(),
+            sasl: "none",
+            opened_at_ms: 0,
+            product: None,
+            version: None,
         }
     }
 
@@ -345,6 +368,64 @@ impl Machine {
         if self.phase == Phase::Open {
             frame::write_empty(&mut out.write);
         }
+    }
+
+    /// This connection as the operator view shows it, once its OPEN was answered (`peer` and
+    /// `tls` are the connection's, which the machine does not see).
+    pub fn view(&self, peer: Option<std::net::SocketAddr>, tls: bool) -> Option<AmqpConnectionView> {
+        if self.phase != Phase::Open {
+            return None;
+        }
+        let mut links = Vec::new();
+        for sess in self.sessions.values() {
+            for link in sess.links.values() {
+                let (role, credit, unsettled) = match link.role {
+                    // We send: the client is the receiver.
+                    ServerRole::Sender => ("receiver", link.credit, link.unsettled),
+                    ServerRole::Receiver => ("sender", link.granted, link.awaiting),
+                };
+                let channel_node = link.target == Target::Channel;
+                links.push(AmqpLinkView {
+                    name: link.name.clone(),
+                    role,
+                    address: link.address.clone(),
+                    pattern: if channel_node { pattern_name(link.pattern) } else { None },
+                    channel: channel_node.then(|| link.channel.0.clone()),
+                    credit,
+                    unsettled,
+                    durable: link.durable.is_some(),
+                    dynamic: matches!(link.target, Target::Dynamic(_)),
+                });
+            }
+        }
+        Some(AmqpConnectionView {
+            client_id: view_text(&self.client_id),
+            container_id: view_text(self.container_id.as_bytes()),
+            product: self.product.clone(),
+            version: self.version.clone(),
+            sessions: self.sessions.len() as u32,
+            connected_at_ms: self.opened_at_ms,
+            peer,
+            sasl: self.sasl,
+            tls,
+            links,
+        })
+    }
+
+    /// What this connection counts in the `kubemq_amqp10_connections`, `_sessions` and
+    /// `_links{role}` gauges now (nothing before its OPEN was answered or once it closed).
+    pub fn gauges(&self) -> AmqpGauges {
+        if self.phase != Phase::Open {
+            return AmqpGauges::default();
+        }
+        let mut g = AmqpGauges { connections: 1, sessions: self.sessions.len() as i64, links: [0, 0] };
+        for sess in self.sessions.values() {
+            for link in sess.links.values() {
+                // The client's role: index 0 = sender (we receive), 1 = receiver.
+                g.links[usize::from(link.role == ServerRole::Sender)] += 1;
+            }
+        }
+        g
     }
 
     pub fn is_closed(&self) -> bool {
@@ -448,7 +529,7 @@ impl Machine {
         match (self.phase, f) {
             (Phase::SaslInit, Frame::Sasl(SaslBody::Init(init))) => self.on_sasl_init(init, host, out),
             (Phase::AwaitOpen, Frame::Amqp { performative, .. }) => match *performative {
-                Performative::Open(open) => self.on_open(open, out),
+                Performative::Open(open) => self.on_open(open, host, out),
                 _ => self.close_now(out),
             },
             (Phase::Open, Frame::Empty { .. }) => {}
@@ -495,6 +576,13 @@ impl Machine {
             }
             _ => false,
         };
+        if ok {
+            self.sasl = match init.mechanism.0.as_str() {
+                "ANONYMOUS" => "ANONYMOUS",
+                "EXTERNAL" => "EXTERNAL",
+                _ => "PLAIN",
+            };
+        }
         let code = if ok { SaslCode::Ok } else { SaslCode::Auth };
         frame::write_sasl(&mut out.write, &SaslOutcome { code, additional_data: None });
         if ok {
@@ -504,13 +592,16 @@ impl Machine {
         }
     }
 
-    fn on_open(&mut self, open: Open, out: &mut Out) {
+    fn on_open(&mut self, open: Open, host: &dyn Host, out: &mut Out) {
         if !self.identified {
             if let Some(id) = sanitized_client_id(&open.container_id) {
                 self.client_id = id;
             }
         }
         self.container_id = open.container_id.clone();
+        self.opened_at_ms = u64::try_from(host.now_ns() / 1_000_000).unwrap_or(0);
+        self.product = open_property(&open, "product");
+        self.version = open_property(&open, "version");
         self.peer_max_frame = open.max_frame_size.0.clamp(frame::MIN_MAX_FRAME_SIZE, self.s.max_frame_size);
         self.peer_idle_timeout_ms = open.idle_time_out.filter(|&ms| ms > 0);
         let channel_max = open.channel_max.0.min(self.s.session_max.saturating_sub(1));
@@ -740,6 +831,7 @@ impl Machine {
         let handle = reply.handle.clone();
         frame::write_amqp(&mut out.write, ch, &Performative::Attach(reply), &[]);
         let detach = Detach { handle, closed: true, error: Some(err) };
+        out.counts.errors[counts::S_LINK] += 1;
         frame::write_amqp(&mut out.write, ch, &Performative::Detach(detach), &[]);
     }
 
@@ -749,7 +841,17 @@ impl Machine {
         let handle = a.handle.0;
         let group = group_hint(&a);
         let presettled = server_role == ServerRole::Sender && a.snd_settle_mode == SenderSettleMode::Settled;
+        let address = match server_role {
+            ServerRole::Sender => a.source.as_ref().and_then(|s| s.address.as_deref()),
+            ServerRole::Receiver => match a.target.as_deref() {
+                Some(TargetArchetype::Target(t)) => t.address.as_deref(),
+                _ => None,
+            },
+        };
         let mut link = Link {
+            name: view_text(a.name.as_bytes()),
+            address: address.map(|s| view_text(s.as_bytes())),
+            awaiting: 0,
             role: server_role,
             target: target.clone(),
             pattern,
@@ -941,6 +1043,7 @@ impl Machine {
         let (mut buf, id, settled) = link.partial.take().unwrap_or_else(|| (BytesMut::new(), t.delivery_id, t.settled.unwrap_or(false)));
         if buf.len() + payload.len() > max_message {
             sess.links.remove(&handle);
+            out.counts.errors[counts::S_LINK] += 1;
             let detach = Detach { handle: Handle(handle), closed: true, error: Some(error(AmqpError::MessageSizeExceeded)) };
             frame::write_amqp(&mut out.write, ch, &Performative::Detach(detach), &[]);
             return;
@@ -962,13 +1065,7 @@ impl Machine {
         }
         let incoming = match mapping::decode(&buf) {
             Ok(m) => m,
-            Err(mapping::Undecodable) => {
-                if let (Some(id), false) = (id, settled) {
-                    let state = DeliveryState::Rejected(Rejected { error: Some(error(AmqpError::DecodeError)) });
-                    write_disposition(&mut out.write, ch, id, state);
-                }
-                return;
-            }
+            Err(mapping::Undecodable) => return reject(out, ch, id.filter(|_| !settled), AmqpError::DecodeError),
         };
         let unsettled = id.filter(|_| !settled);
         let dest = match target {
@@ -994,11 +1091,15 @@ impl Machine {
             Dest::Dynamic(addr) => return self.send_to_dynamic(ch, unsettled, addr, incoming, host, out),
         };
         let msg = Arc::new(message_of(host, channel, client_id, incoming));
+        out.counts.transfers_in[pattern_label(pattern)] += 1;
         let token = match (id, settled) {
             (Some(id), false) => {
                 let token = self.next_token;
                 self.next_token += 1;
-                self.tokens.insert(token, (ch, id));
+                self.tokens.insert(token, (ch, id, handle));
+                if let Some(link) = self.sessions.get_mut(&ch).and_then(|s| s.links.get_mut(&handle)) {
+                    link.awaiting += 1;
+                }
                 Some(token)
             }
             _ => None,
@@ -1022,6 +1123,14 @@ impl Machine {
             // released, modified, and anything unknown: back to the queue, never dropped.
             _ => Settle::Nack,
         };
+        let outcome = match &d.state {
+            Some(DeliveryState::Accepted(_)) => counts::O_ACCEPTED,
+            Some(DeliveryState::Rejected(_)) => counts::O_REJECTED,
+            Some(DeliveryState::Released(_)) => counts::O_RELEASED,
+            Some(DeliveryState::Modified(_)) => counts::O_MODIFIED,
+            None => counts::O_NONE,
+            Some(_) => counts::O_OTHER,
+        };
         // At most 65536 ids per frame (§3.7): a crafted range cannot make us scan forever.
         let ids: Vec<u32> = sess.unsettled.range(d.first..=last.max(d.first)).take(65_536).map(|(id, _)| *id).collect();
         let mut by_sub: BTreeMap<(u32, u32), Vec<u64>> = BTreeMap::new();
@@ -1032,6 +1141,7 @@ impl Machine {
         }
         for ((handle, sub), tags) in by_sub {
             if let Some(link) = sess.links.get_mut(&handle) {
+                out.counts.dispositions[outcome] += tags.len() as u64;
                 link.unsettled = link.unsettled.saturating_sub(tags.len() as u32);
                 out.ops.push((ArrayOp::Settle { sub: SubNo(sub), channel: link.channel.clone(), tags, action: action.clone() }, None));
             }
@@ -1058,6 +1168,8 @@ impl Machine {
         if link.pattern == Pattern::EventsStore {
             if link.pending.len() >= max_waiting {
                 let link = sess.links.remove(&handle).expect("looked up above");
+                out.counts.events_store_dropped_stalled += link.pending.len() as u64 + 1;
+                out.counts.errors[counts::S_LINK] += 1;
                 let detach = Detach { handle: Handle(handle), closed: true, error: Some(error(AmqpError::ResourceLimitExceeded)) };
                 frame::write_amqp(&mut out.write, ch, &Performative::Detach(detach), &[]);
                 self.drop_link(link, out);
@@ -1068,10 +1180,12 @@ impl Machine {
             return true;
         }
         if link.credit == 0 {
+            out.counts.events_dropped_no_credit += 1;
             return false;
         }
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
+        out.counts.transfers_out[counts::P_EVENTS] += 1;
         send_message(sess, ch, handle, msg, true, max_frame, out);
         true
     }
@@ -1100,6 +1214,8 @@ impl Machine {
             None => default_ms,
         };
         self.rpc_pending += 1;
+        out.counts.transfers_in[pattern_label(pattern)] += 1;
+        out.counts.rpc_requests[usize::from(pattern == Pattern::Queries)] += 1;
         let correlation_id = incoming.correlation.clone().map(Bytes::from);
         let msg = message_of(host, channel, self.client_id.clone(), incoming);
         // Seed 002 maps no AMQP property to a cache key: AMQP queries are never served from the cache.
@@ -1139,6 +1255,7 @@ impl Machine {
             span: Bytes::new(),
             cache_hit: false,
         };
+        out.counts.transfers_in[counts::P_RESPONSES] += 1;
         out.responses.push(Response { owner, request_id, outcome });
         if let Some(id) = id {
             write_disposition(&mut out.write, ch, id, DeliveryState::Accepted(Accepted {}));
@@ -1155,6 +1272,7 @@ impl Machine {
         if !self.deliver_settled(sub, Arc::new(msg), out) {
             return reject(out, ch, id, AmqpError::ResourceLimitExceeded);
         }
+        out.counts.transfers_in[counts::P_REPLY] += 1;
         if let Some(id) = id {
             write_disposition(&mut out.write, ch, id, DeliveryState::Accepted(Accepted {}));
         }
@@ -1254,15 +1372,24 @@ impl Machine {
 
     /// The array took the message of `token`: settle it as accepted.
     pub fn completed(&mut self, token: u64, out: &mut Out) {
-        if let Some((ch, id)) = self.tokens.remove(&token) {
+        if let Some((ch, id, handle)) = self.tokens.remove(&token) {
+            self.settled_awaiting(ch, handle);
             write_disposition(&mut out.write, ch, id, DeliveryState::Accepted(Accepted {}));
         }
     }
 
     /// The array refused the message of `token` (failed, queue full): rejected.
     pub fn failed(&mut self, token: u64, cond: AmqpError, out: &mut Out) {
-        if let Some((ch, id)) = self.tokens.remove(&token) {
-            write_disposition(&mut out.write, ch, id, DeliveryState::Rejected(Rejected { error: Some(error(cond)) }));
+        if let Some((ch, id, handle)) = self.tokens.remove(&token) {
+            self.settled_awaiting(ch, handle);
+            reject(out, ch, Some(id), cond);
+        }
+    }
+
+    /// One of a receiving link's transfers got the array's answer.
+    fn settled_awaiting(&mut self, ch: u16, handle: u32) {
+        if let Some(link) = self.sessions.get_mut(&ch).and_then(|s| s.links.get_mut(&handle)) {
+            link.awaiting = link.awaiting.saturating_sub(1);
         }
     }
 
@@ -1285,6 +1412,9 @@ impl Machine {
     }
 
     fn write_close(&mut self, cond: Option<AmqpError>, out: &mut Out) {
+        if cond.is_some() {
+            out.counts.errors[counts::S_CONNECTION] += 1;
+        }
         frame::write_amqp(&mut out.write, 0, &Performative::Close(Close { error: cond.map(error) }), &[]);
     }
 
@@ -1299,6 +1429,7 @@ impl Machine {
                 self.drop_link(link, out);
             }
         }
+        out.counts.errors[counts::S_SESSION] += 1;
         frame::write_amqp(&mut out.write, ch, &Performative::End(End { error: Some(error(cond)) }), &[]);
     }
 }
@@ -1314,6 +1445,7 @@ fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) 
         let Some((msg, sub, tag)) = link.pending.pop_front() else { return };
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
+        out.counts.transfers_out[link_label(link)] += 1;
         if link.pattern != Pattern::Queues {
             link.last_seq = link.last_seq.max(msg.sequence);
             send_message(sess, ch, handle, &msg, true, max_frame, out);
@@ -1386,11 +1518,59 @@ fn link_flow(sess: &Sess, handle: u32, delivery_count: u32, credit: u32, drain: 
     Flow { handle: Some(Handle(handle)), delivery_count: Some(delivery_count), link_credit: Some(credit), drain, ..session_flow(sess) }
 }
 
+/// A pattern's index in the `pattern` label ([`counts::PATTERNS`]).
+fn pattern_label(p: Pattern) -> usize {
+    match p {
+        Pattern::Queues => counts::P_QUEUES,
+        Pattern::Events => counts::P_EVENTS,
+        Pattern::EventsStore => counts::P_EVENTS_STORE,
+        Pattern::Commands => counts::P_COMMANDS,
+        Pattern::Queries => counts::P_QUERIES,
+        Pattern::Reply => counts::P_REPLY,
+    }
+}
+
+/// A link's index in the `pattern` label: its channel's pattern, or the special node's.
+fn link_label(link: &Link) -> usize {
+    match link.target {
+        Target::Dynamic(_) => counts::P_REPLY,
+        Target::Responses(_) => counts::P_RESPONSES,
+        Target::Channel | Target::Anonymous => pattern_label(link.pattern),
+    }
+}
+
+/// A pattern as the AMQP views name it (KubeMQ's AMQP vocabulary, `events-store`).
+fn pattern_name(p: Pattern) -> Option<&'static str> {
+    match p {
+        Pattern::Reply => None,
+        p => Some(counts::PATTERNS[pattern_label(p)]),
+    }
+}
+
+/// At most `VIEW_TEXT_MAX` bytes of `b` (cut at a byte: the views show it lossily).
+fn view_text(b: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(&b[..b.len().min(VIEW_TEXT_MAX)])
+}
+
+/// A string (or symbol) property of the client's OPEN (`product`, `version`), for the view.
+fn open_property(open: &Open, key: &str) -> Option<Bytes> {
+    use serde_amqp::Value;
+    match open.properties.as_ref()?.iter().find(|(k, _)| k.0 == key).map(|(_, v)| v)? {
+        Value::String(s) => Some(view_text(s.as_bytes())),
+        Value::Symbol(s) => Some(view_text(s.0.as_bytes())),
+        _ => None,
+    }
+}
+
 /// Refuses one incoming delivery: a rejected disposition with `cond` when it was sent
 /// unsettled (a pre-settled one is just dropped). The link stays attached.
 fn reject(out: &mut Out, ch: u16, id: Option<u32>, cond: AmqpError) {
-    if let Some(id) = id {
-        write_disposition(&mut out.write, ch, id, DeliveryState::Rejected(Rejected { error: Some(error(cond)) }));
+    match id {
+        Some(id) => {
+            out.counts.errors[counts::S_DELIVERY] += 1;
+            write_disposition(&mut out.write, ch, id, DeliveryState::Rejected(Rejected { error: Some(error(cond)) }));
+        }
+        None => out.counts.transfers_in_dropped += 1,
     }
 }
 

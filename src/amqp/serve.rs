@@ -12,6 +12,7 @@ use crate::engine::Core;
 use crate::mesh::msg::{ConnId, CoreId, CoreMsg, Mailbox, RpcOutcome, RpcRequest, SubNo, Ticket};
 use crate::model::{Channel, Message, Pattern};
 use crate::session::Host;
+use crate::telemetry::amqp::AmqpGauges;
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use std::cell::{Cell, RefCell};
@@ -41,6 +42,10 @@ struct AmqpConn {
     /// heart-beats run on these, checked on the core's housekeeping tick.
     last_read: Cell<Instant>,
     last_write: Cell<Instant>,
+    /// Over amqps (the operator view's `tls`).
+    tls: bool,
+    /// What this connection last added to its core's AMQP gauges.
+    reported: Cell<AmqpGauges>,
 }
 
 /// Counts this connection in `Shared::amqp_connections` while it lives.
@@ -94,6 +99,7 @@ impl AmqpConn {
     }
 
     fn apply(&self, core: &Rc<Core>, out: Out) {
+        core.metrics.amqp.borrow_mut().0.add(&out.counts);
         if !out.write.is_empty() && !self.dead.get() {
             self.wbuf.borrow_mut().extend_from_slice(&out.write);
         }
@@ -107,13 +113,29 @@ impl AmqpConn {
             // The token named a core: only one that exists (a forged one is dropped here,
             // as a late answer is at the owner).
             if owner.index() < core.cores {
-                core.dispatch(owner, CoreMsg::RpcResponse { pattern: Pattern::Commands, channel: Channel::default(), request_id, outcome: Box::new(outcome) });
+                core.dispatch(
+                    owner,
+                    CoreMsg::RpcResponse { pattern: Pattern::Commands, channel: Channel::default(), request_id, outcome: Box::new(outcome), amqp: true },
+                );
+            } else {
+                crate::telemetry::amqp::rpc_late_response(core.id);
             }
         }
         if out.close {
             self.closing.set(true);
         }
         self.write_ready.set();
+    }
+}
+
+impl AmqpConn {
+    /// Moves the core's AMQP gauges by this connection's change since it last reported
+    /// (`now`: what it counts now; zero once it is gone).
+    fn report_gauges(&self, core: &Core, now: AmqpGauges) {
+        let before = self.reported.replace(now);
+        if before != now {
+            core.metrics.amqp.borrow_mut().1.shift(&before, &now);
+        }
     }
 }
 
@@ -191,6 +213,8 @@ impl Endpoint for AmqpConn {
     /// amqp:resource-limit-exceeded), and our heart-beat: an empty frame once nothing was
     /// written for half the peer's time-out (TICK, 100 ms, is the resolution of both).
     fn tick(&self, core: &Rc<Core>, now: Instant) {
+        let gauges = self.machine.borrow().gauges();
+        self.report_gauges(core, gauges);
         if self.dead.get() || self.closing.get() {
             return;
         }
@@ -214,6 +238,10 @@ impl Endpoint for AmqpConn {
 
     fn shut_down(&self, core: &Rc<Core>) {
         self.with_machine(core, |m, out| m.shut_down(out));
+    }
+
+    fn amqp_view(&self) -> Option<crate::mesh::msg::AmqpConnectionView> {
+        self.machine.try_borrow().ok()?.view(self.peer, self.tls)
     }
 
     fn kill(&self) {
@@ -251,6 +279,7 @@ fn settings(core: &Core, conn: ConnId, external_identity: Option<Bytes>) -> Sett
 /// certificate's CN (amqps with `--tls-client-ca`), offered as SASL EXTERNAL.
 pub async fn serve(core: Rc<Core>, stream: Stream, identity: Option<Bytes>) {
     let peer = stream.peer_addr();
+    let tls = matches!(stream, Stream::Tls(_));
     let (mut rd, mut wr, fd) = stream::split(stream);
     let id = core.new_conn_id();
     let mut machine = Machine::new(settings(&core, id, identity), Bytes::from(format!("amqp10-{}-{}", core.id, id.0)));
@@ -274,6 +303,8 @@ pub async fn serve(core: Rc<Core>, stream: Stream, identity: Option<Bytes>) {
         responders: RefCell::new(ahash::AHashMap::new()),
         last_read: Cell::new(Instant::now()),
         last_write: Cell::new(Instant::now()),
+        tls,
+        reported: Cell::new(AmqpGauges::default()),
     });
     core.attach(id, Rc::clone(&conn) as Rc<dyn Endpoint>);
     tracing::debug!(core = %core.id, conn = id.0, "amqp connection accepted");
@@ -337,6 +368,7 @@ pub async fn serve(core: Rc<Core>, stream: Stream, identity: Option<Bytes>) {
     conn.closing.set(true);
     conn.write_ready.set();
     writer.await;
+    conn.report_gauges(&core, AmqpGauges::default());
     core.detach(id);
     tracing::debug!(core = %core.id, conn = id.0, "amqp connection closed");
 }

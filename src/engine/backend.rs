@@ -138,8 +138,11 @@ impl Backend {
                 announce(done, out);
             }
             CoreMsg::RpcRequest(req) => shard.borrow_mut().rpc.request(*req, Instant::now(), out),
-            CoreMsg::RpcResponse { request_id, outcome, .. } => {
-                shard.borrow_mut().rpc.respond(&request_id, *outcome, Instant::now(), out);
+            CoreMsg::RpcResponse { request_id, outcome, amqp, .. } => {
+                let mut shard = shard.borrow_mut();
+                if !shard.rpc.respond(&request_id, *outcome, Instant::now(), out) && amqp {
+                    crate::telemetry::amqp::rpc_late_response(shard.core);
+                }
             }
             CoreMsg::RegisterResponder { pattern, channel, responder_id, group, requests } => {
                 shard.borrow_mut().rpc.register(pattern, channel, responder_id, group, requests)

@@ -48,4 +48,9 @@ pub trait Endpoint {
     fn view(&self) -> Option<crate::mesh::msg::ConnectionView> {
         None
     }
+    /// This endpoint as `/api/amqp10/connections` shows it; `None` for endpoints that are not
+    /// an AMQP 1.0 connection past its OPEN.
+    fn amqp_view(&self) -> Option<crate::mesh::msg::AmqpConnectionView> {
+        None
+    }
 }

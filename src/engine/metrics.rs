@@ -48,6 +48,9 @@ pub struct Metrics {
     /// Time from the array accepting a message to its MESSAGE reaching a subscriber's socket
     /// on this core (`conn/write.rs` records it once per write).
     pub delivery_latency: crate::telemetry::latency::Histogram,
+    /// The AMQP 1.0 connections' counters and gauges, summed on this core (each connection
+    /// adds what it counted on the core's tick, and once more as it closes).
+    pub amqp: std::cell::RefCell<(crate::telemetry::amqp::AmqpCounts, crate::telemetry::amqp::AmqpGauges)>,
 }
 
 impl Metrics {

@@ -241,6 +241,9 @@ impl Core {
             CoreMsg::ListConnections { reply } => {
                 reply.send(self.all_endpoints().iter().filter_map(|e| e.view()).collect());
             }
+            CoreMsg::ListAmqpConnections { reply } => {
+                reply.send(self.all_endpoints().iter().filter_map(|e| e.amqp_view()).collect());
+            }
             CoreMsg::Deliver { pattern, msg, subs, done } => {
                 let mut parked = 0;
                 for sub in subs {
@@ -355,6 +358,8 @@ impl Core {
         }
         t.tls_handshakes_failed.absolute(m.tls_handshakes_failed.get());
         t.delivery_latency.publish(&m.delivery_latency);
+        let amqp = m.amqp.borrow();
+        t.amqp.publish(&amqp.0, &amqp.1);
     }
 
     /// A parked delivery that carried `ticket` was written or dropped: the publisher's core

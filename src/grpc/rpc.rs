@@ -107,7 +107,7 @@ pub fn respond(b: &Bridge, r: pb::Response) -> Result<pb::Empty, Status> {
         return Err(Status::invalid_argument(format!("Error 303: unknown reply channel {:?}", r.reply_channel)));
     };
     let outcome = convert::outcome_of_response(r);
-    b.array.send(owner, CoreMsg::RpcResponse { pattern: Pattern::Commands, channel: Channel::default(), request_id, outcome: Box::new(outcome) });
+    b.array.send(owner, CoreMsg::RpcResponse { pattern: Pattern::Commands, channel: Channel::default(), request_id, outcome: Box::new(outcome), amqp: false });
     Ok(pb::Empty {})
 }
 

@@ -47,6 +47,6 @@ impl ArrayHandle {
     /// A responder's answer to `request_id`.
     pub fn respond(&self, pattern: Pattern, channel: Channel, request_id: Bytes, outcome: RpcOutcome) -> bool {
         let owner = self.owner_of(pattern, &channel);
-        self.send(owner, CoreMsg::RpcResponse { pattern, channel, request_id, outcome: Box::new(outcome) })
+        self.send(owner, CoreMsg::RpcResponse { pattern, channel, request_id, outcome: Box::new(outcome), amqp: false })
     }
 }

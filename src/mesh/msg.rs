@@ -283,6 +283,50 @@ pub struct SubscriptionView {
     pub unacked: u64,
 }
 
+/// One AMQP 1.0 connection as `/api/amqp10/connections` shows it (and its links, as
+/// `/api/amqp10/links` does): listed once its OPEN was answered. Texts are at most
+/// [`VIEW_TEXT_MAX`] bytes.
+#[derive(Clone, Debug)]
+pub struct AmqpConnectionView {
+    pub client_id: Bytes,
+    /// The client's OPEN container-id.
+    pub container_id: Bytes,
+    /// `product` and `version` from the client's OPEN properties, when given as strings.
+    pub product: Option<Bytes>,
+    pub version: Option<Bytes>,
+    pub sessions: u32,
+    /// When the OPEN was answered, Unix ms.
+    pub connected_at_ms: u64,
+    pub peer: Option<std::net::SocketAddr>,
+    /// The SASL mechanism that authenticated it (`ANONYMOUS`, `PLAIN`, `EXTERNAL`), or `none`.
+    pub sasl: &'static str,
+    pub tls: bool,
+    pub links: Vec<AmqpLinkView>,
+}
+
+/// One attached link of an AMQP connection.
+#[derive(Clone, Debug)]
+pub struct AmqpLinkView {
+    pub name: Bytes,
+    /// The client's role: `sender` (the client sends to us) or `receiver`.
+    pub role: &'static str,
+    /// The address the client attached to (a dynamic node's minted one); None for a null
+    /// target (the anonymous sender).
+    pub address: Option<Bytes>,
+    /// `queues`, `events`, `events-store`, `commands`, `queries`; None for the special nodes
+    /// (anonymous, dynamic, `responses/`).
+    pub pattern: Option<&'static str>,
+    pub channel: Option<Bytes>,
+    /// Receiver: the credit the client gave us and we have not used; sender: the credit we
+    /// gave the client and it has not used.
+    pub credit: u32,
+    /// Receiver: queue deliveries sent and not settled by the client; sender: the client's
+    /// unsettled transfers waiting for the array's answer.
+    pub unsettled: u32,
+    pub durable: bool,
+    pub dynamic: bool,
+}
+
 /// A delivery target outside the cores (see `CoreMsg::AttachSink`), as a STOMP connection is one
 /// inside them (`engine::endpoint::Endpoint`). A trait object, not a mailbox, because a
 /// delivery needs an answer at once, on the core thread: whether the sink parked it (holding
@@ -371,6 +415,9 @@ pub enum CoreMsg {
         channel: Channel,
         request_id: Bytes,
         outcome: Box<RpcOutcome>,
+        /// Sent by an AMQP 1.0 responder: a late answer is counted
+        /// (`kubemq_amqp10_rpc_late_responses_total`).
+        amqp: bool,
     },
     /// Attach a responder to (pattern, channel): requests for it go into `requests` (a
     /// failed send means the responder is gone, and the owner tries another).
@@ -410,6 +457,10 @@ pub enum CoreMsg {
     /// The STOMP connections this core serves (the operator view `/api/stomp/connections`).
     ListConnections {
         reply: Mailbox<Vec<ConnectionView>>,
+    },
+    /// The AMQP 1.0 connections this core serves (`/api/amqp10/connections` and `/links`).
+    ListAmqpConnections {
+        reply: Mailbox<Vec<AmqpConnectionView>>,
     },
 
     /// Answered with `Done` once everything sent before it on this path has been handled:
@@ -495,6 +546,7 @@ impl CoreMsg {
             CoreMsg::DeleteChannel { .. } => "DeleteChannel",
             CoreMsg::ListChannels { .. } => "ListChannels",
             CoreMsg::ListConnections { .. } => "ListConnections",
+            CoreMsg::ListAmqpConnections { .. } => "ListAmqpConnections",
             CoreMsg::Barrier(_) => "Barrier",
             CoreMsg::Deliver { .. } => "Deliver",
             CoreMsg::QueueDeliver { .. } => "QueueDeliver",

@@ -1,5 +1,6 @@
 //! The metrics listener: `GET /metrics` and the operator views (`GET /api/channels`,
-//! `GET /api/stomp/connections`: see `views`), on its own thread and tokio runtime, off the STOMP cores. hyper (HTTP/1.1) does the HTTP; the exporter's handle renders the text.
+//! `GET /api/stomp/connections`, `GET /api/amqp10/connections`, `GET /api/amqp10/links`: see
+//! `views`), on its own thread and tokio runtime, off the STOMP cores. hyper (HTTP/1.1) does the HTTP; the exporter's handle renders the text.
 //!
 //! Bounds, so a scraper-shaped attacker costs a fixed, small amount: at most
 //! [`MAX_CONCURRENT`] connections are served at once (a permit is taken before `accept`, so
@@ -72,8 +73,8 @@ pub(super) async fn serve(listener: std::net::TcpListener, handle: PrometheusHan
     }
 }
 
-/// `GET /metrics` → the Prometheus text; `GET /api/channels` and `/api/stomp/connections` →
-/// JSON; another method on one of them → 405; any other path → 404.
+/// `GET /metrics` → the Prometheus text; `GET /api/channels`, `/api/stomp/connections`,
+/// `/api/amqp10/connections` and `/api/amqp10/links` → JSON; another method on one of them → 405; any other path → 404.
 async fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
     let (status, body) = match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
@@ -95,7 +96,16 @@ async fn respond(req: &Request<Incoming>, handle: &PrometheusHandle) -> Response
             ok.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             return ok;
         }
-        (_, "/metrics" | "/api/channels" | "/api/stomp/connections") => (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
+        (&Method::GET, path @ ("/api/amqp10/connections" | "/api/amqp10/links")) => {
+            let limit = super::views::limit_of(req.uri().query());
+            let json = if path == "/api/amqp10/links" { super::views::amqp_links(limit).await } else { super::views::amqp_connections(limit).await };
+            let mut ok = Response::new(Full::new(Bytes::from(json)));
+            ok.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            return ok;
+        }
+        (_, "/metrics" | "/api/channels" | "/api/stomp/connections" | "/api/amqp10/connections" | "/api/amqp10/links") => {
+            (StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
+        }
         _ => (StatusCode::NOT_FOUND, "not found\n"),
     };
     let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));

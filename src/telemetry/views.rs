@@ -8,8 +8,12 @@
 //! at [`MAX_LIMIT`]); `truncated` says when more exist. A core that does not answer within
 //! [`CORE_ANSWER_WAIT`] is skipped and counted in `cores_unanswered`, so a busy core cannot
 //! hold the listener.
+//!
+//! `GET /api/amqp10/connections` and `GET /api/amqp10/links` (KubeMQ's AMQP connector views,
+//! connector-extra.md §3.5) come from one `CoreMsg::ListAmqpConnections` per core: the first
+//! lists connections, the second every link of them, each bounded by `limit` on its own.
 use crate::mesh::handle::ArrayHandle;
-use crate::mesh::msg::{ConnectionView, CoreId, CoreMsg, Mailbox};
+use crate::mesh::msg::{AmqpConnectionView, AmqpLinkView, ConnectionView, CoreId, CoreMsg, Mailbox};
 use crate::model::Pattern;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -137,5 +141,89 @@ fn connection_json(core: CoreId, v: &ConnectionView) -> serde_json::Value {
         "bytes_out": v.bytes_out,
         "unacked": v.subscriptions.iter().map(|s| s.unacked).sum::<u64>(),
         "subscriptions": subscriptions,
+    })
+}
+
+/// Every core's AMQP connections, in core order; with the number of cores that did not answer.
+async fn amqp_views() -> (Vec<(CoreId, AmqpConnectionView)>, u32) {
+    let Some(array) = ARRAY.get() else { return (Vec::new(), 0) };
+    let mut all = Vec::new();
+    let mut unanswered = 0u32;
+    for core in CoreId::all(array.cores()) {
+        let (reply, answer) = Mailbox::new();
+        if !array.send(core, CoreMsg::ListAmqpConnections { reply }) {
+            unanswered += 1;
+            continue;
+        }
+        let Ok(Ok(views)) = tokio::time::timeout(CORE_ANSWER_WAIT, answer.recv_async()).await else {
+            unanswered += 1;
+            continue;
+        };
+        all.extend(views.into_iter().map(|v| (core, v)));
+    }
+    (all, unanswered)
+}
+
+fn text(b: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(b)
+}
+
+/// The `/api/amqp10/connections` JSON document.
+pub(super) async fn amqp_connections(limit: usize) -> String {
+    let (all, unanswered) = amqp_views().await;
+    let truncated = all.len() > limit;
+    let items: Vec<serde_json::Value> = all.iter().take(limit).map(|(core, v)| amqp_connection_json(*core, v)).collect();
+    serde_json::json!({ "connections": items, "truncated": truncated, "cores_unanswered": unanswered }).to_string()
+}
+
+/// The `/api/amqp10/links` JSON document.
+pub(super) async fn amqp_links(limit: usize) -> String {
+    let (all, unanswered) = amqp_views().await;
+    let mut items = Vec::new();
+    let mut truncated = false;
+    'all: for (core, v) in &all {
+        for l in &v.links {
+            if items.len() >= limit {
+                truncated = true;
+                break 'all;
+            }
+            items.push(amqp_link_json(*core, v, l));
+        }
+    }
+    serde_json::json!({ "links": items, "truncated": truncated, "cores_unanswered": unanswered }).to_string()
+}
+
+fn amqp_connection_json(core: CoreId, v: &AmqpConnectionView) -> serde_json::Value {
+    serde_json::json!({
+        "client_id": text(&v.client_id),
+        "container_id": text(&v.container_id),
+        "product": v.product.as_deref().map(text),
+        "version": v.version.as_deref().map(text),
+        "sessions": v.sessions,
+        "links": v.links.len(),
+        // When the gateway answered the client's OPEN, Unix ms.
+        "connected_at_unix_ms": v.connected_at_ms,
+        "source_ip": v.peer.map(|p| p.ip().to_string()),
+        "address": v.peer.map(|p| p.to_string()),
+        "sasl": v.sasl,
+        "tls": v.tls,
+        "core": core.index(),
+    })
+}
+
+fn amqp_link_json(core: CoreId, c: &AmqpConnectionView, l: &AmqpLinkView) -> serde_json::Value {
+    serde_json::json!({
+        "client_id": text(&c.client_id),
+        "container_id": text(&c.container_id),
+        "name": text(&l.name),
+        "role": l.role,
+        "address": l.address.as_deref().map(text),
+        "pattern": l.pattern,
+        "channel": l.channel.as_deref().map(text),
+        "credit": l.credit,
+        "unsettled": l.unsettled,
+        "durable": l.durable,
+        "dynamic": l.dynamic,
+        "core": core.index(),
     })
 }

@@ -1245,3 +1245,185 @@ fn a_peer_past_the_incoming_window_ends_the_session_and_a_well_behaved_one_is_re
         other => panic!("{other:?}"),
     }
 }
+
+// ---- the operator view and the kubemq_amqp10_* counts (§3.5) ----
+
+/// Sums the counts of several calls.
+fn total(outs: &[&Out]) -> crate::telemetry::amqp::AmqpCounts {
+    let mut t = crate::telemetry::amqp::AmqpCounts::default();
+    for o in outs {
+        t.add(&o.counts);
+    }
+    t
+}
+
+#[test]
+fn the_view_lists_nothing_before_open_then_the_open_properties_sasl_and_links() {
+    let mut p = Peer::new(Settings::default());
+    assert!(p.m.view(None, false).is_none(), "not listed before OPEN");
+    p.feed(&frame::SASL_HEADER);
+    p.take_header();
+    let mut b = BytesMut::new();
+    write_sasl(&mut b, &SaslInit { mechanism: Symbol::from("ANONYMOUS"), initial_response: None, hostname: None });
+    p.feed(&b);
+    assert_eq!(p.frames().len(), 2, "mechanisms and outcome");
+    p.feed(&frame::AMQP_HEADER);
+    p.take_header();
+    let mut props = fe2o3_amqp_types::definitions::Fields::default();
+    props.insert(Symbol::from("product"), serde_amqp::Value::String("qpid-proton".into()));
+    props.insert(Symbol::from("version"), serde_amqp::Value::String("0.40.0".into()));
+    p.send(0, Performative::Open(Open { container_id: "box-1".into(), properties: Some(props), ..open(65536, 0) }), &[]);
+    p.send(0, Performative::Begin(begin()), &[]);
+    assert_eq!(p.m.gauges(), crate::telemetry::amqp::AmqpGauges { connections: 1, sessions: 1, links: [0, 0] });
+    // A receiver on a queue with credit 7, a sender to events, a dynamic reply node.
+    p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/jobs")), &[]);
+    p.send(0, Performative::Flow(credit(1, 7, false)), &[]);
+    p.send(0, Performative::Attach(attach(2, Role::Sender, "events/e.x")), &[]);
+    p.performatives();
+    mint(&mut p, 3);
+    let peer: std::net::SocketAddr = "10.1.2.3:4567".parse().unwrap();
+    let v = p.m.view(Some(peer), true).expect("open: listed");
+    assert_eq!(&v.client_id[..], b"box-1", "the container-id names it without a SASL name");
+    assert_eq!(&v.container_id[..], b"box-1");
+    assert_eq!(v.product.as_deref(), Some(&b"qpid-proton"[..]));
+    assert_eq!(v.version.as_deref(), Some(&b"0.40.0"[..]));
+    assert_eq!((v.sasl, v.tls, v.peer, v.sessions), ("ANONYMOUS", true, Some(peer), 1));
+    assert_eq!(v.connected_at_ms, 0, "the host's clock (1 ns) in ms");
+    let mut links = v.links.clone();
+    links.sort_by(|a, b| a.name.cmp(&b.name));
+    let [q, e, d] = &links[..] else { panic!("{links:?}") };
+    assert_eq!(
+        (&q.name[..], q.role, q.pattern, q.channel.as_deref(), q.credit, q.unsettled),
+        (&b"link-1"[..], "receiver", Some("queues"), Some(&b"jobs"[..]), 7, 0)
+    );
+    assert_eq!(q.address.as_deref(), Some(&b"queues/jobs"[..]));
+    assert_eq!((e.role, e.pattern, e.channel.as_deref(), e.credit, e.durable, e.dynamic), ("sender", Some("events"), Some(&b"e.x"[..]), 1024, false, false));
+    assert_eq!((d.role, d.pattern, d.channel.as_deref(), d.dynamic), ("receiver", None, None, true));
+    assert!(d.address.as_deref().is_some_and(|a| a.starts_with(b"_amqp10.tmp.")), "{d:?}");
+    assert_eq!(p.m.gauges(), crate::telemetry::amqp::AmqpGauges { connections: 1, sessions: 1, links: [1, 2] });
+    // Detach one: gone from the view and the gauges. Close: no longer listed.
+    p.send(0, Performative::Detach(Detach { handle: Handle(2), closed: true, error: None }), &[]);
+    assert_eq!(p.m.view(None, false).unwrap().links.len(), 2);
+    assert_eq!(p.m.gauges().links, [0, 2]);
+    p.send(0, Performative::Close(Close { error: None }), &[]);
+    assert!(p.m.view(None, false).is_none());
+    assert_eq!(p.m.gauges(), Default::default());
+}
+
+#[test]
+fn a_sender_shows_its_transfers_waiting_for_the_array_as_unsettled() {
+    let mut p = Peer::opened(Settings::default());
+    p.send(0, Performative::Attach(attach(0, Role::Sender, "queues/q")), &[]);
+    let body = mapping::encode(b"x", b"hello", &Default::default(), b"");
+    let out1 = p.send(0, Performative::Transfer(transfer(0, 0, false, false)), &body);
+    let out2 = p.send(0, Performative::Transfer(transfer(0, 1, false, false)), &body);
+    let out3 = p.send(0, Performative::Transfer(transfer(0, 2, true, false)), &body);
+    let link = |p: &Peer| p.m.view(None, false).unwrap().links[0].clone();
+    assert_eq!((link(&p).unsettled, link(&p).credit), (2, 1021), "two unsettled wait for the array; three credits used");
+    let tokens: Vec<u64> = [&out1, &out2].iter().map(|o| o.ops[0].1.unwrap()).collect();
+    let mut done = Out::default();
+    p.m.completed(tokens[0], &mut done);
+    p.m.failed(tokens[1], AmqpError::ResourceLimitExceeded, &mut done);
+    assert_eq!(link(&p).unsettled, 0);
+    let t = total(&[&out1, &out2, &out3, &done]);
+    assert_eq!(t.transfers_in[crate::telemetry::amqp::P_QUEUES], 3);
+    assert_eq!(t.errors[crate::telemetry::amqp::S_DELIVERY], 1, "the refused one is rejected");
+}
+
+#[test]
+fn transfers_dispositions_drops_and_errors_are_counted_exactly() {
+    use crate::telemetry::amqp::*;
+    let mut p = Peer::opened(Settings { max_unsettled_per_link: 2, ..Settings::default() });
+    // Queue receiver: three deliveries with credit 3, settled accepted, released, modified.
+    p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
+    let out = p.send(0, Performative::Flow(credit(1, 3, false)), &[]);
+    let [(ArrayOp::Subscribe { sub, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    let sub = *sub;
+    let mut outs = Vec::new();
+    for (tag, body) in [(1, &b"a"[..]), (2, b"b"), (3, b"c")] {
+        let mut o = Out::default();
+        p.m.deliver_queue(sub, &queue_msg(if body == b"a" { b"a" } else { b"b" }), tag, &mut o);
+        outs.push(o);
+    }
+    let settle = |first, state| Disposition { role: Role::Receiver, first, last: None, settled: true, state: Some(state), batchable: false };
+    outs.push(p.send(0, Performative::Disposition(settle(0, DeliveryState::Accepted(Accepted {}))), &[]));
+    outs.push(p.send(0, Performative::Disposition(settle(1, DeliveryState::Released(Released {}))), &[]));
+    outs.push(p.send(
+        0,
+        Performative::Disposition(settle(
+            2,
+            DeliveryState::Modified(fe2o3_amqp_types::messaging::Modified { delivery_failed: None, undeliverable_here: None, message_annotations: None }),
+        )),
+        &[],
+    ));
+    // Events: one without credit (dropped), two with.
+    let out = p.send(0, Performative::Attach(attach(2, Role::Receiver, "events/e")), &[]);
+    let ArrayOp::Subscribe { sub: esub, .. } = &out.ops[0].0 else { panic!() };
+    let esub = *esub;
+    let mut o = Out::default();
+    p.m.deliver_event(esub, &queue_msg(b"lost"), &mut o);
+    outs.push(o);
+    p.send(0, Performative::Flow(credit(2, 2, false)), &[]);
+    for _ in 0..2 {
+        let mut o = Out::default();
+        p.m.deliver_event(esub, &queue_msg(b"kept"), &mut o);
+        outs.push(o);
+    }
+    // Events-Store without credit: a window of 2 fills, the third detaches (3 lost).
+    let out = p.send(0, Performative::Attach(store_attach(3, None)), &[]);
+    let ArrayOp::Subscribe { sub: ssub, .. } = &out.ops[0].0 else { panic!() };
+    let ssub = *ssub;
+    for _ in 0..3 {
+        let mut o = Out::default();
+        p.m.deliver_event(ssub, &queue_msg(b"s"), &mut o);
+        outs.push(o);
+    }
+    // A sender to events: one good pre-settled transfer, one undecodable pre-settled (dropped),
+    // one undecodable unsettled (rejected).
+    p.send(0, Performative::Attach(attach(4, Role::Sender, "events/in")), &[]);
+    let body = mapping::encode(b"x", b"hello", &Default::default(), b"");
+    outs.push(p.send(0, Performative::Transfer(transfer(4, 0, true, false)), &body));
+    outs.push(p.send(0, Performative::Transfer(transfer(4, 1, true, false)), b"\x00garbage"));
+    outs.push(p.send(0, Performative::Transfer(transfer(4, 2, false, false)), b"\x00garbage"));
+    // A bad address: a refused attach (link scope).
+    outs.push(p.send(0, Performative::Attach(attach(5, Role::Receiver, "nowhere/x")), &[]));
+    let t = total(&outs.iter().collect::<Vec<_>>());
+    assert_eq!(t.transfers_out[P_QUEUES], 3);
+    assert_eq!(t.transfers_out[P_EVENTS], 2);
+    assert_eq!(t.transfers_out[P_EVENTS_STORE], 0);
+    assert_eq!(t.transfers_in[P_EVENTS], 1);
+    assert_eq!(t.dispositions, [1, 0, 1, 1, 0, 0]);
+    assert_eq!(t.events_dropped_no_credit, 1);
+    assert_eq!(t.events_store_dropped_stalled, 3);
+    assert_eq!(t.transfers_in_dropped, 1);
+    assert_eq!(t.errors, [0, 0, 2, 1], "link: the stalled store link and the refused attach; delivery: the rejected transfer");
+    // A session error and a connection error.
+    let out = p.send(0, Performative::Transfer(transfer(99, 3, true, false)), &body);
+    assert_eq!(out.counts.errors[S_SESSION], 1, "errant link ends the session");
+    let mut o = Out::default();
+    p.m.shut_down(&mut o);
+    assert_eq!(o.counts.errors[S_CONNECTION], 1);
+}
+
+#[test]
+fn rpc_requests_and_replies_are_counted_by_pattern() {
+    use crate::telemetry::amqp::*;
+    let mut p = Peer::opened(Settings::default());
+    let reply = mint(&mut p, 1);
+    p.send(0, Performative::Attach(attach(2, Role::Sender, "commands/svc")), &[]);
+    p.send(0, Performative::Attach(attach(3, Role::Sender, "queries/svc")), &[]);
+    p.performatives();
+    let req = props_msg(None, Some(&reply), Some("c1"), None, &[]);
+    let a = p.send(0, Performative::Transfer(transfer(2, 0, false, false)), &req);
+    let b = p.send(0, Performative::Transfer(transfer(3, 1, false, false)), &req);
+    let c = p.send(0, Performative::Transfer(transfer(3, 2, false, false)), &req);
+    let t = total(&[&a, &b, &c]);
+    assert_eq!(t.rpc_requests, [1, 2]);
+    assert_eq!((t.transfers_in[P_COMMANDS], t.transfers_in[P_QUERIES]), (1, 2));
+    // The command's reply goes out on the reply node once it has credit.
+    p.send(0, Performative::Flow(credit(1, 5, false)), &[]);
+    let ArrayOp::Request { reply_sub, .. } = &a.ops[0].0 else { panic!("{:?}", a.ops) };
+    let mut o = Out::default();
+    p.m.deliver_rpc_reply(*reply_sub, Pattern::Commands, None, RpcOutcome::Timeout, &mut o);
+    assert_eq!(o.counts.transfers_out[P_REPLY], 1);
+}
