@@ -45,41 +45,29 @@ pub(super) fn limit_of(query: Option<&str>) -> usize {
 
 /// The `/api/channels` JSON document.
 pub(super) async fn channels(limit: usize) -> String {
-    let Some(array) = ARRAY.get() else {
-        return serde_json::json!({ "channels": [], "truncated": false, "cores_unanswered": 0 }).to_string();
-    };
     let mut items = Vec::new();
     let mut truncated = false;
     let mut unanswered = 0u32;
     for (pattern, name) in PATTERNS {
-        for core in CoreId::all(array.cores()) {
-            let (reply, answer) = Mailbox::new();
-            if !array.send(core, CoreMsg::ListChannels { pattern, reply }) {
-                unanswered += 1;
-                continue;
+        let (stats, missed) = ask_every_core(|reply| CoreMsg::ListChannels { pattern, reply }).await;
+        unanswered += missed;
+        for (_, s) in stats {
+            if items.len() >= limit {
+                truncated = true;
+                break;
             }
-            let Ok(Ok(stats)) = tokio::time::timeout(CORE_ANSWER_WAIT, answer.recv_async()).await else {
-                unanswered += 1;
-                continue;
-            };
-            for s in stats {
-                if items.len() >= limit {
-                    truncated = true;
-                    break;
-                }
-                items.push(serde_json::json!({
-                    "pattern": name,
-                    "channel": String::from_utf8_lossy(&s.name.0),
-                    "subscribers": s.subscribers,
-                    // Queues: the depth (ready + delayed); 0 for the other patterns.
-                    "waiting": s.waiting,
-                    // Queues: delivered and not yet acknowledged; 0 for the other patterns.
-                    "unacked": s.unacked,
-                    // Queues: messages sent so far; events-store: messages stored (its size).
-                    "messages": s.messages,
-                    "bytes": s.bytes,
-                }));
-            }
+            items.push(serde_json::json!({
+                "pattern": name,
+                "channel": String::from_utf8_lossy(&s.name.0),
+                "subscribers": s.subscribers,
+                // Queues: the depth (ready + delayed); 0 for the other patterns.
+                "waiting": s.waiting,
+                // Queues: delivered and not yet acknowledged; 0 for the other patterns.
+                "unacked": s.unacked,
+                // Queues: messages sent so far; events-store: messages stored (its size).
+                "messages": s.messages,
+                "bytes": s.bytes,
+            }));
         }
     }
     serde_json::json!({ "channels": items, "truncated": truncated, "cores_unanswered": unanswered }).to_string()
@@ -87,30 +75,9 @@ pub(super) async fn channels(limit: usize) -> String {
 
 /// The `/api/stomp/connections` JSON document.
 pub(super) async fn connections(limit: usize) -> String {
-    let Some(array) = ARRAY.get() else {
-        return serde_json::json!({ "connections": [], "truncated": false, "cores_unanswered": 0 }).to_string();
-    };
-    let mut items = Vec::new();
-    let mut truncated = false;
-    let mut unanswered = 0u32;
-    for core in CoreId::all(array.cores()) {
-        let (reply, answer) = Mailbox::new();
-        if !array.send(core, CoreMsg::ListConnections { reply }) {
-            unanswered += 1;
-            continue;
-        }
-        let Ok(Ok(views)) = tokio::time::timeout(CORE_ANSWER_WAIT, answer.recv_async()).await else {
-            unanswered += 1;
-            continue;
-        };
-        for v in views {
-            if items.len() >= limit {
-                truncated = true;
-                break;
-            }
-            items.push(connection_json(core, &v));
-        }
-    }
+    let (all, unanswered) = ask_every_core(|reply| CoreMsg::ListConnections { reply }).await;
+    let truncated = all.len() > limit;
+    let items: Vec<serde_json::Value> = all.iter().take(limit).map(|(core, v)| connection_json(*core, v)).collect();
     serde_json::json!({ "connections": items, "truncated": truncated, "cores_unanswered": unanswered }).to_string()
 }
 
@@ -144,24 +111,31 @@ fn connection_json(core: CoreId, v: &ConnectionView) -> serde_json::Value {
     })
 }
 
-/// Every core's AMQP connections, in core order; with the number of cores that did not answer.
-async fn amqp_views() -> (Vec<(CoreId, AmqpConnectionView)>, u32) {
+/// Asks every core, in core order, the question `ask` builds around a reply mailbox; returns
+/// the answers with the core that gave each, and the number of cores that did not answer
+/// within [`CORE_ANSWER_WAIT`] (or at all, before the cores run).
+async fn ask_every_core<T>(ask: impl Fn(Mailbox<Vec<T>>) -> CoreMsg) -> (Vec<(CoreId, T)>, u32) {
     let Some(array) = ARRAY.get() else { return (Vec::new(), 0) };
     let mut all = Vec::new();
     let mut unanswered = 0u32;
     for core in CoreId::all(array.cores()) {
         let (reply, answer) = Mailbox::new();
-        if !array.send(core, CoreMsg::ListAmqpConnections { reply }) {
+        if !array.send(core, ask(reply)) {
             unanswered += 1;
             continue;
         }
-        let Ok(Ok(views)) = tokio::time::timeout(CORE_ANSWER_WAIT, answer.recv_async()).await else {
+        let Ok(Ok(items)) = tokio::time::timeout(CORE_ANSWER_WAIT, answer.recv_async()).await else {
             unanswered += 1;
             continue;
         };
-        all.extend(views.into_iter().map(|v| (core, v)));
+        all.extend(items.into_iter().map(|v| (core, v)));
     }
     (all, unanswered)
+}
+
+/// Every core's AMQP connections, in core order; with the number of cores that did not answer.
+async fn amqp_views() -> (Vec<(CoreId, AmqpConnectionView)>, u32) {
+    ask_every_core(|reply| CoreMsg::ListAmqpConnections { reply }).await
 }
 
 fn text(b: &[u8]) -> std::borrow::Cow<'_, str> {

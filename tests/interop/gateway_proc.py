@@ -111,11 +111,18 @@ def array_mode() -> str:
     return mode
 
 
+# Flags the array enforces: in remote mode they go to the array process (A) as well, so a test
+# gets the queue behaviour it asked for in both modes.
+ARRAY_SIDE_FLAGS = ("--queue-ack-timeout-s", "--queue-max-messages", "--queue-max-bytes")
+
+
 def start_gateway(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
                   grpc: bool = False) -> Gateway:
     if array_mode() == "remote":
         # The array: STOMP on its own free port (unused by the tests), gRPC for B and the SDK.
-        array = _start_one((), ready_timeout, grpc=True)
+        args = list(extra_args)
+        array_args = [x for i, flag in enumerate(args[:-1]) if flag in ARRAY_SIDE_FLAGS for x in (flag, args[i + 1])]
+        array = _start_one(array_args, ready_timeout, grpc=True)
         try:
             extra = list(extra_args) + ["--array", f"grpc://{HOST}:{array.grpc_port}"]
             gw = _start_one(extra, ready_timeout, grpc=False)
