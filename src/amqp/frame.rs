@@ -200,10 +200,12 @@ const MAX_DEPTH: usize = 32;
 /// Walks the AMQP type encoding of `b` (values one after another, to its end) and refuses
 /// what serde_amqp 0.18 mishandles: a list, map or array whose size cannot even hold its own
 /// count field (its decoder subtracts unchecked and panics: found by the `amqp_frame` fuzz
-/// target), any value running past its container or the buffer, an unknown format code, and
-/// nesting deeper than [`MAX_DEPTH`] (its decoder recurses). Only sizes are read here; the
-/// values themselves are the crate's to decode.
-fn well_formed(b: &[u8]) -> bool {
+/// target), a map with an odd count (its decoder takes two off the count per entry, unchecked:
+/// found by the `amqp_message` fuzz target), any value running past its container or the
+/// buffer, an unknown format code, and nesting deeper than [`MAX_DEPTH`] (its decoder
+/// recurses). Only sizes and counts are read here; the values themselves are the crate's to
+/// decode. Frames and whole messages (`mapping::decode`) both go through it.
+pub fn well_formed(b: &[u8]) -> bool {
     let mut at = 0;
     while at < b.len() {
         match value(b, at, 0) {
@@ -238,8 +240,10 @@ fn data(b: &[u8], at: usize, code: u8, depth: usize) -> Option<usize> {
         0x94 | 0x98 => span(b, at, 16),
         0xa0 | 0xa1 | 0xa3 => span(b, at + 1, usize::from(*b.get(at)?)),
         0xb0 | 0xb1 | 0xb3 => span(b, at + 4, read_size(b, at, 4)?),
-        0xc0 | 0xc1 => compound(b, at, 1, depth),
-        0xd0 | 0xd1 => compound(b, at, 4, depth),
+        0xc0 => compound(b, at, 1, false, depth),
+        0xc1 => compound(b, at, 1, true, depth),
+        0xd0 => compound(b, at, 4, false, depth),
+        0xd1 => compound(b, at, 4, true, depth),
         0xe0 => array(b, at, 1, depth),
         0xf0 => array(b, at, 4, depth),
         _ => None,
@@ -258,9 +262,13 @@ fn read_size(b: &[u8], at: usize, width: usize) -> Option<usize> {
     Some(field.iter().fold(0usize, |n, &byte| (n << 8) | usize::from(byte)))
 }
 
-/// A list or map: size, count, then `count` values, all inside the size.
-fn compound(b: &[u8], at: usize, width: usize, depth: usize) -> Option<usize> {
+/// A list or map: size, count, then `count` values, all inside the size; a map's count (keys
+/// and values) is even.
+fn compound(b: &[u8], at: usize, width: usize, map: bool, depth: usize) -> Option<usize> {
     let (mut pos, count, end) = sized(b, at, width)?;
+    if map && count % 2 != 0 {
+        return None;
+    }
     for _ in 0..count {
         pos = value(&b[..end], pos, depth + 1)?;
     }
