@@ -272,7 +272,14 @@ fn compound(b: &[u8], at: usize, width: usize, map: bool, depth: usize) -> Optio
     for _ in 0..count {
         pos = value(&b[..end], pos, depth + 1)?;
     }
-    Some(end)
+    exactly(pos, end)
+}
+
+/// A compound's items must fill its size exactly: serde_amqp reads on after the last item,
+/// not from the declared end, so bytes left inside the size would be read as the next value
+/// by the crate but skipped by this walk (the `amqp_message` fuzz target's second find).
+fn exactly(pos: usize, end: usize) -> Option<usize> {
+    (pos == end).then_some(end)
 }
 
 /// An array: size, count, one element constructor, then `count` elements of that format.
@@ -290,12 +297,12 @@ fn array(b: &[u8], at: usize, width: usize, depth: usize) -> Option<usize> {
         }
     }
     if (0x40..=0x45).contains(&code) {
-        return Some(end);
+        return exactly(pos, end);
     }
     for _ in 0..count {
         pos = data(inside, pos, code, depth + 1)?;
     }
-    Some(end)
+    exactly(pos, end)
 }
 
 /// A compound's size and count fields: (where its items start, their count, its end). The
