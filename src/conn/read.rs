@@ -72,7 +72,7 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
     // What this connection holds of an unfinished frame, in the process-wide budget; over a
     // WebSocket, what tungstenite holds of a message still arriving counts too.
     let mut partial = PartialShare::new(&core.shared.partial_frames);
-    rd.set_ws_budget(WsShare::gate(&core.shared, core.cfg.partial_frames_budget));
+    rd.set_ws_budget(|| WsShare::gate(&core.shared, core.cfg.partial_frames_budget));
     // Read size adapts: a read that fills the buffer means more is waiting, so the next one is
     // larger (fewer syscalls under load); an idle connection keeps a small buffer.
     let mut read_size = MIN_READ;

@@ -87,11 +87,12 @@ impl AsyncWrite for Stream {
 }
 
 impl ReadHalf {
-    /// On a WebSocket, puts what it holds of messages still arriving under `gate`; on a plain
-    /// or TLS stream nothing is held below the decoder, and the gate is dropped.
-    pub fn set_ws_budget(&self, gate: crate::ws::BudgetGate) {
+    /// On a WebSocket, puts what it holds of messages still arriving under the gate `make`
+    /// builds; on a plain or TLS stream nothing is held below the decoder, and nothing is
+    /// built (no allocation per TCP connection).
+    pub fn set_ws_budget(&self, make: impl FnOnce() -> crate::ws::BudgetGate) {
         if let Stream::Ws(ws) = &mut *self.0.borrow_mut() {
-            ws.set_budget(gate);
+            ws.set_budget(make());
         }
     }
 }
