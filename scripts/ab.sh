@@ -21,6 +21,8 @@
 #                                sockets, and an older binary's stopped connections in TIME_WAIT
 #                                count as such for up to 60 s)
 #   ARGS=""                      extra flags for both gateways
+#   TRANSPORT=tcp                tcp, or ws: the harness speaks STOMP over WebSocket to each
+#                                gateway's --ws-addr (PORT+10 for A, PORT+11 for B)
 # Raw results: perf/results/ab-<UTC time>.jsonl, one line per run:
 #   {"round":N,"case":"...","side":"A|B","binary":"<path>","sha256":"<of the binary>",
 #    "exit":RC,"result":<stompgate-load --json line or null>}
@@ -91,14 +93,20 @@ for round in $(seq 1 "$ROUNDS"); do
             port=$PORT
             [ "$side" = B ] && port=$((PORT + 1))
             # shellcheck disable=SC2086
-            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 $ARGS >"$LOG" 2>&1 &
+            via=(--port "$port")
+            listen=(--ws-addr off)
+            if [ "${TRANSPORT:-tcp}" = ws ]; then
+                via=(--ws --port "$((port + 10))")
+                listen=(--ws-addr "127.0.0.1:$((port + 10))")
+            fi
+            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" $ARGS >"$LOG" 2>&1 &
             GW_PID=$!
             for _ in $(seq 1 100); do stomp_ready "$port" && break; sleep 0.1; done
             stomp_ready "$port" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }
             echo "== round $round/$ROUNDS: $case on $side" >&2
             rc=0
             # shellcheck disable=SC2046
-            line="$(timeout 300 "$LOAD" $(bench_case_args "$case") --host 127.0.0.1 --port "$port" \
+            line="$(timeout 300 "$LOAD" $(bench_case_args "$case") --host 127.0.0.1 "${via[@]}" \
                 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "ab-$case-$round-$$" \
                 --label "$side" --json --quiet --server-pid "$GW_PID")" || rc=$?
             [ -n "$line" ] || line=null
