@@ -1,7 +1,7 @@
 //! The reader task: socket → decoder → session, one read batch at a time.
 use super::write::{OUTPUT_PAUSE_BYTES, OUTPUT_RESUME_BYTES};
 use super::Conn;
-use crate::engine::metrics::{Metrics, Shared};
+use crate::engine::metrics::Metrics;
 use crate::engine::Core;
 use crate::stomp::error::TooLarge;
 use crate::stomp::{Decoded, Decoder, Limits, PartialShare, WireError};
@@ -40,39 +40,20 @@ async fn wait_for_output(conn: &Conn) {
     }
 }
 
-/// A WebSocket's part of the process-wide partial-frames budget: what tungstenite holds of
-/// messages still arriving, below the decoder (whose own part is the read loop's
-/// [`PartialShare`]). Given back when the WebSocket, which owns it, is dropped.
-struct WsShare {
-    shared: Arc<Shared>,
-    held: usize,
-    budget: usize,
-}
-
-impl WsShare {
-    fn gate(shared: &Arc<Shared>, budget: usize) -> crate::ws::BudgetGate {
-        let mut share = WsShare { shared: Arc::clone(shared), held: 0, budget };
-        Box::new(move |now| {
-            let before = std::mem::replace(&mut share.held, now);
-            share.shared.partial_frames.update(before, now, share.budget)
-        })
-    }
-}
-
-impl Drop for WsShare {
-    fn drop(&mut self) {
-        self.shared.partial_frames.update(self.held, 0, usize::MAX);
-    }
-}
-
 pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream::ReadHalf) {
     let mut rbuf = BytesMut::with_capacity(MIN_READ);
     let limits = Limits { max_body: core.cfg.max_body_size, ..Limits::default() };
     let mut decoder = Decoder::new(limits);
     // What this connection holds of an unfinished frame, in the process-wide budget; over a
     // WebSocket, what tungstenite holds of a message still arriving counts too.
-    let mut partial = PartialShare::new(&core.shared.partial_frames);
-    rd.set_ws_budget(|| WsShare::gate(&core.shared, core.cfg.partial_frames_budget));
+    let mut partial = PartialShare::new(&*core.shared.partial_frames);
+    rd.set_ws_budget(|| {
+        // What tungstenite holds below the decoder: a share of its own, owned by the
+        // WebSocket (given back when it is dropped).
+        let mut share = PartialShare::new(Arc::clone(&core.shared.partial_frames));
+        let budget = core.cfg.partial_frames_budget;
+        Box::new(move |now| share.update(now, budget))
+    });
     // Read size adapts: a read that fills the buffer means more is waiting, so the next one is
     // larger (fewer syscalls under load); an idle connection keeps a small buffer.
     let mut read_size = MIN_READ;

@@ -11,7 +11,7 @@ pub struct Shared {
     pub sessions: AtomicUsize,
     /// Bytes of inbound frames not yet complete, over every connection (touched once per
     /// read batch; see `stomp::PartialFrames`).
-    pub partial_frames: crate::stomp::PartialFrames,
+    pub partial_frames: Arc<crate::stomp::PartialFrames>,
     /// Cores whose overflow queue toward some peer is over `OVERFLOW_PAUSE` now: while any is,
     /// every core's readers pause (a publisher on one core is paced by a ring backed up on
     /// another). Touched only when a core crosses the mark, never per message.

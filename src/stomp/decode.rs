@@ -522,15 +522,17 @@ impl PartialFrames {
     }
 }
 
-/// One connection's part of [`PartialFrames`]; gives it back when dropped.
+/// One holder's part of [`PartialFrames`] (a connection's decoder, or its WebSocket layer);
+/// gives it back when dropped. `F` is how it reaches the process-wide total: a borrow, or an
+/// `Arc` for a holder that must own it.
 #[derive(Debug)]
-pub struct PartialShare<'a> {
-    all: &'a PartialFrames,
+pub struct PartialShare<F: std::ops::Deref<Target = PartialFrames>> {
+    all: F,
     held: usize,
 }
 
-impl<'a> PartialShare<'a> {
-    pub fn new(all: &'a PartialFrames) -> Self {
+impl<F: std::ops::Deref<Target = PartialFrames>> PartialShare<F> {
+    pub fn new(all: F) -> Self {
         PartialShare { all, held: 0 }
     }
 
@@ -542,7 +544,7 @@ impl<'a> PartialShare<'a> {
     }
 }
 
-impl Drop for PartialShare<'_> {
+impl<F: std::ops::Deref<Target = PartialFrames>> Drop for PartialShare<F> {
     fn drop(&mut self) {
         self.update(0, usize::MAX);
     }
