@@ -142,7 +142,7 @@ impl StoreChannel {
             self.reanchor(journal);
             return;
         }
-        let newest = self.log.messages.drain(..k).last().expect("k > 0");
+        let newest = self.log.messages.drain(..k).next_back().expect("k > 0");
         let anchor = u64::from(self.anchor.is_some());
         if !self.log.messages.is_empty() || !journal.is_enabled() {
             self.release(anchor + k as u64, journal);
