@@ -6,7 +6,7 @@
 #   scripts/ab.sh --summarize FILE             print the table for an earlier results file
 #
 # Each round runs every case once on A and once on B, the order alternating round by round, each
-# on a freshly started gateway (`--cores 2 --grpc-addr off`), so drift on the machine (thermal,
+# on a freshly started gateway (`--cores 2 --grpc-addr off --store-dir off`), so drift on the machine (thermal,
 # other load) falls on both alike. The harness is target/release/stompgate-load of this tree
 # (built if missing): both binaries are measured by the same client.
 #
@@ -79,9 +79,13 @@ fi
 mkdir -p perf/results
 OUT="perf/results/ab-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
 LOG="$(mktemp -t stompgate-ab.XXXXXX.log)"
-declare -A BIN SHA
+declare -A BIN SHA STORE_OFF
 BIN[A]="$A"
 BIN[B]="$B"
+# The in-memory array on both sides: `--store-dir off` (the default is ./store since issue 15),
+# for a binary that knows the flag (an older one has no store).
+STORE_OFF[A]="$("$A" --help 2>/dev/null | grep -q -- --store-dir && echo "--store-dir off" || true)"
+STORE_OFF[B]="$("$B" --help 2>/dev/null | grep -q -- --store-dir && echo "--store-dir off" || true)"
 SHA[A]="$(sha256sum "$A" | cut -d' ' -f1)"
 SHA[B]="$(sha256sum "$B" | cut -d' ' -f1)"
 echo "ab.sh: A=$A B=$B; $ROUNDS round(s) of ${CASES[*]}; results: $OUT" >&2
@@ -99,7 +103,8 @@ for round in $(seq 1 "$ROUNDS"); do
                 via=(--ws --port "$((port + 10))")
                 listen=(--ws-addr "127.0.0.1:$((port + 10))")
             fi
-            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" $ARGS >"$LOG" 2>&1 &
+            # shellcheck disable=SC2086
+            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" ${STORE_OFF[$side]} $ARGS >"$LOG" 2>&1 &
             GW_PID=$!
             for _ in $(seq 1 100); do stomp_ready "$port" && break; sleep 0.1; done
             stomp_ready "$port" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }

@@ -122,7 +122,7 @@ def main():
     key_bytes = (work / "jwt.key").read_bytes()
     good, bad = token(key_bytes, "bench"), token(b"another secret", "mallory")
     cmd = [BIN, "--cores", "2", "--stomp-addr", f"127.0.0.1:{PORT}", "--stomp-tls-addr", "off", "--grpc-addr", "off",
-           "--ws-addr", "off", "--amqp-addr", "off", "--auth-jwt-key", str(work / "jwt.key")]
+           "--ws-addr", "off", "--amqp-addr", "off", "--store-dir", "off", "--auth-jwt-key", str(work / "jwt.key")]
     env = dict(os.environ, STOMPGATE_LOG="warn")
     gw = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:

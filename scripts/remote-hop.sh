@@ -40,7 +40,8 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-"$BIN" --cores 2 --ws-addr off --amqp-addr off --stomp-addr "127.0.0.1:$A_STOMP" --grpc-addr "127.0.0.1:$A_GRPC" >"$LOGS/a.log" 2>&1 &
+# A: the in-memory array (--store-dir off); B, in front of a remote array, keeps no store.
+"$BIN" --cores 2 --ws-addr off --amqp-addr off --store-dir off --stomp-addr "127.0.0.1:$A_STOMP" --grpc-addr "127.0.0.1:$A_GRPC" >"$LOGS/a.log" 2>&1 &
 A_PID=$!; PIDS+=("$A_PID")
 sleep 1
 "$BIN" --cores 2 --ws-addr off --amqp-addr off --stomp-addr "127.0.0.1:$B_STOMP" --array "grpc://127.0.0.1:$A_GRPC" >"$LOGS/b.log" 2>&1 &

@@ -651,7 +651,7 @@ def main():
     a = ap.parse_args()
 
     stomp_port, metrics_port = free_port(), free_port()
-    settings = ["--cores", "2", "--stomp-addr", f"127.0.0.1:{stomp_port}", "--grpc-addr", "off",
+    settings = ["--cores", "2", "--stomp-addr", f"127.0.0.1:{stomp_port}", "--grpc-addr", "off", "--store-dir", "off",
                 "--metrics-addr", f"127.0.0.1:{metrics_port}", "--queue-max-bytes", str(QUEUE_MAX_BYTES),
                 "--partial-frames-budget", str(PARTIAL_FRAMES_BUDGET), "--connect-timeout-s", str(CONNECT_TIMEOUT_S)]
     gw_log = open(a.log, "w")

@@ -72,6 +72,8 @@ fi
 GATEWAY="$(realpath "${STOMPGATE_BIN:-$TARGET/release/stompgate}")"
 LOAD="$TARGET/release/stompgate-load"
 SHA="$(sha256sum "$GATEWAY" | cut -d' ' -f1)"
+# The in-memory array: --store-dir off (the default is ./store), if the binary knows the flag.
+STORE_OFF="$("$GATEWAY" --help 2>/dev/null | grep -q -- --store-dir && echo "--store-dir off" || true)"
 COMMIT="$(git rev-parse --short HEAD)"
 git diff --quiet HEAD -- src perf/load scripts/tls-auth-bench.sh || COMMIT="$COMMIT-dirty"
 
@@ -181,7 +183,7 @@ for round in $(seq 1 "$ROUNDS"); do
         for mode in "${order[@]}"; do
             port="$(mode_port "$mode")"
             # shellcheck disable=SC2046
-            "$GATEWAY" $(gateway_args "$mode" "$port") --grpc-addr off --ws-addr off --amqp-addr off --cores 2 $ARGS >"$LOG" 2>&1 &
+            "$GATEWAY" $(gateway_args "$mode" "$port") --grpc-addr off --ws-addr off --amqp-addr off --cores 2 $STORE_OFF $ARGS >"$LOG" 2>&1 &
             GW_PID=$!
             for _ in $(seq 1 100); do stomp_ready "$mode" "$port" && break; sleep 0.1; done
             stomp_ready "$mode" "$port" || { echo "tls-auth-bench.sh: the $mode gateway did not start:" >&2; cat "$LOG" >&2; exit 1; }

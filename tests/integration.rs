@@ -33,6 +33,7 @@ mod memory_budgets;
 mod metrics_listener;
 mod persistence;
 mod persistence_crash_accounting;
+mod persistence_grpc_crash;
 mod queue_never_loses_or_duplicates;
 mod queues;
 mod receipts_errors;

@@ -150,7 +150,7 @@ impl Gateway {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_stompgate"))
-            .args(["--stomp-addr", &addr.to_string(), "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--cores", "2"])
+            .args(["--stomp-addr", &addr.to_string(), "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--store-dir", "off", "--cores", "2"])
             .args(args)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

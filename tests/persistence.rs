@@ -649,3 +649,82 @@ fn on_a_full_filesystem_sends_are_refused_with_an_error_and_nothing_receipted_is
     drop(c);
     drop(gw);
 }
+
+/// Retention (`--store-retention-min`): Events-Store messages within it come back after a
+/// kill, with their sequences. (Expiry itself is tested at unit level with injected time in
+/// `src/array/store.rs`: a minute is the smallest retention.)
+#[test]
+fn events_store_messages_within_retention_survive_kill_9() {
+    let store = TempStore::new("retention");
+    let args = ["--store-dir", store.arg(), "--store-retention-min", "1"];
+    let dest = "/topic-store/persist.retention";
+    let gw = Gateway::spawn(&args, None);
+    let mut p = connected(&gw);
+    send_receipted(&mut p, dest, (1..=3).map(|i| format!("r{i}")));
+    drop(p);
+    gw.stop(); // SIGKILL
+
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    let back = stamped(&c.subscribe_expect("all", dest, &[("x-kubemq-start", "first")], 3));
+    assert_eq!(back.iter().map(|(seq, _, body)| (*seq, body.as_str())).collect::<Vec<_>>(), [(1, "r1"), (2, "r2"), (3, "r3")]);
+}
+
+/// The binary started in `cwd` with `args` (no `--store-dir` unless given), listening on a
+/// free STOMP port: the default store directory is relative to it.
+fn spawn_in(cwd: &Path, args: &[&str]) -> std::process::Child {
+    let addr = common::metrics::free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stompgate"))
+        .current_dir(cwd)
+        .args(["--cores", "1", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--stomp-addr", &addr.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("stompgate starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "stompgate {args:?} exited at start");
+        assert!(Instant::now() < deadline, "stompgate {args:?} did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// By default the embedded array persists to ./store (created, locked); a gateway in front of
+/// a remote array has no store, so it neither creates nor locks ./store.
+#[test]
+fn the_default_store_is_dot_store_and_a_remote_array_gateway_keeps_none() {
+    let cwd = TempStore::new("cwd");
+    std::fs::create_dir_all(&cwd.0).unwrap();
+    let unreachable = format!("grpc://{}", common::metrics::free_port());
+    let mut front = spawn_in(&cwd.0, &["--array", &unreachable]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!cwd.0.join("store").exists(), "a remote-array gateway created ./store");
+    let _ = front.kill();
+    let _ = front.wait();
+
+    let mut embedded = spawn_in(&cwd.0, &[]);
+    assert!(cwd.0.join("store/LOCK").is_file(), "the embedded array's default store is ./store");
+    // Held: a second embedded gateway in the same directory fails at start.
+    let (status, err) = {
+        let mut second = Command::new(env!("CARGO_BIN_EXE_stompgate"))
+            .current_dir(&cwd.0)
+            .args(["--cores", "1", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off"])
+            .args(["--stomp-addr", &common::metrics::free_port().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = second.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut err).unwrap();
+        (status, err)
+    };
+    let _ = embedded.kill();
+    let _ = embedded.wait();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("the store directory ./store is in use by another stompgate process"), "{err}");
+}

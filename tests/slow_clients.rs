@@ -67,10 +67,11 @@ impl Gateway {
     fn start(extra: &[&str], remote: bool) -> Gateway {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut args: Vec<String> = ["--cores", "2", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--heartbeat-ms", "0", "--stomp-addr"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut args: Vec<String> =
+            ["--cores", "2", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--store-dir", "off", "--heartbeat-ms", "0", "--stomp-addr"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         args.push(addr.to_string());
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         args.extend(["--metrics-addr".to_string(), metrics.to_string()]);
@@ -83,6 +84,8 @@ impl Gateway {
                 "--ws-addr".into(),
                 "off".into(),
                 "--amqp-addr".into(),
+                "off".into(),
+                "--store-dir".into(),
                 "off".into(),
                 "--stomp-addr".into(),
                 format!("127.0.0.1:{stomp}"),

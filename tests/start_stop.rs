@@ -26,7 +26,7 @@ fn a_restart_on_the_same_port_right_after_a_stop_or_a_kill_with_clients_works() 
     let addr = common::metrics::free_port();
     let start = || {
         Command::new(env!("CARGO_BIN_EXE_stompgate"))
-            .args(["--cores", "2", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--stomp-addr", &addr.to_string()])
+            .args(["--cores", "2", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--store-dir", "off", "--stomp-addr", &addr.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

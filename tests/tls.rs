@@ -410,7 +410,7 @@ fn sighup_reloads_the_certificate_for_new_connections() {
 fn run_to_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_stompgate"))
         // No WebSocket listener: the second gateway's listeners are exactly those under test.
-        .args(["--cores", "1", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off"])
+        .args(["--cores", "1", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--store-dir", "off"])
         .args(args)
         .env("STOMPGATE_LOG", "info")
         .stdin(Stdio::null())
@@ -456,7 +456,7 @@ fn a_second_gateway_cannot_share_a_port_the_first_holds() {
     let free = common::metrics::free_port();
     let mut second = Command::new(env!("CARGO_BIN_EXE_stompgate"))
         .args(["--cores", "1", "--grpc-addr", "off", "--stomp-addr", &plain, "--tls-cert", cert, "--tls-key", key, "--stomp-tls-addr", &free.to_string()])
-        .args(["--ws-addr", "off", "--amqp-addr", "off"])
+        .args(["--ws-addr", "off", "--amqp-addr", "off", "--store-dir", "off"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -29,8 +29,9 @@
 //! # Which records are live, and which segments can go
 //! A segment can be deleted once recovery needs nothing in it. Recovery needs a message
 //! record while its message is live: a queue message not yet gone for good (no `Ack` or
-//! `DeadLetter`), an Events-Store message of a channel not deleted (the store keeps a
-//! channel's whole history; there is no retention rule yet). Every other record only matters
+//! `DeadLetter`), an Events-Store message of a channel not deleted and within retention
+//! (`--store-retention-min`; the newest expired message of a channel whose messages all
+//! expired stays live, as the anchor of its sequence: see `store.rs`, "Retention"). Every other record only matters
 //! while the message it names is on disk: a `Requeue` or a settlement of a message whose
 //! record was deleted is an orphan, ignored; a `StoreDelete` only drops messages logged before
 //! it. So only message records are counted.
@@ -199,6 +200,19 @@ impl Journal {
     /// Message records journaled from now on get `epoch` (the log's active segment).
     pub fn set_epoch(&mut self, epoch: LogEpoch) {
         self.epoch = epoch;
+    }
+
+    /// The epoch message records journaled now get.
+    pub fn epoch(&self) -> LogEpoch {
+        self.epoch
+    }
+
+    /// `n` Events-Store messages of `epoch` left by retention (`--store-retention-min`): no
+    /// record, since a restart applies the same rule to what it reads back.
+    pub fn store_expired(&mut self, epoch: LogEpoch, n: u64) {
+        if self.enabled {
+            self.dead(epoch, n);
+        }
     }
 
     /// The smallest epoch that still has a live message, if any.

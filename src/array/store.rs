@@ -3,12 +3,25 @@
 //! disk) can replace the in-memory one without touching delivery. With a store directory every
 //! stamped message and every deletion is also journaled ([`Journal`]), and a restart restores
 //! the channels from the log ([`Store::restore`]).
+//!
+//! # Retention (`--store-retention-min`)
+//! A message older than the retention leaves its channel ([`Store::expire`], on the core's
+//! tick and right after a restore): it is no longer replayed, and with a store directory its
+//! record stops keeping its segment on disk. No record says so: a restart applies the same
+//! rule to what it reads back. Sequences are never reused, so a channel whose messages all
+//! expired still knows its last sequence; with a store directory that needs one record on
+//! disk, the *anchor*: its newest expired message stays counted as live, and when the anchor
+//! is in an older segment than the active one it is journaled again (a copy with the same
+//! sequence, which [`Store::restore`] folds into one), so an idle channel holds at most one
+//! record in the active segment instead of pinning the old ones. The next message on the
+//! channel, or its deletion, releases the anchor.
 use super::events::{Events, Interest};
 use super::persist::{Journal, LogEpoch};
 use super::Outbox;
 use crate::mesh::msg::{CoreMsg, StartAt, SubRef};
 use crate::model::{Channel, Message, Pattern};
 use ahash::AHashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// What the Events-Store needs from a log. Sequences start at 1 and only grow; a restored log
@@ -24,29 +37,44 @@ pub trait StoreLog {
     fn first_seq_at_or_after(&self, time_ns: i64) -> u64;
 }
 
-/// In-memory log (the current retention: everything, for the process's life), its messages
-/// in sequence order, each stamped with its sequence.
+/// In-memory log: the messages within retention, in sequence order, each stamped with its
+/// sequence.
 #[derive(Default)]
 pub struct MemoryLog {
-    messages: Vec<Arc<Message>>,
+    messages: VecDeque<Arc<Message>>,
+    /// The highest sequence ever assigned, kept when retention empties the log.
+    last: u64,
 }
 
 impl MemoryLog {
     /// A log of restored messages (sequences increasing, gaps allowed).
     fn restored(messages: Vec<Arc<Message>>) -> MemoryLog {
         debug_assert!(messages.windows(2).all(|w| w[0].sequence < w[1].sequence));
-        MemoryLog { messages }
+        let last = messages.last().map_or(0, |m| m.sequence);
+        MemoryLog { messages: messages.into(), last }
+    }
+
+    /// The first sequence still held (`last_seq() + 1` when none is).
+    fn first_seq(&self) -> u64 {
+        self.messages.front().map_or(self.last + 1, |m| m.sequence)
+    }
+
+    /// How many of the oldest messages were stamped before `cutoff_ns`.
+    fn older_than(&self, cutoff_ns: i64) -> usize {
+        // Timestamps are non-decreasing in sequence order (see `first_seq_at_or_after`).
+        self.messages.partition_point(|m| m.timestamp_ns < cutoff_ns)
     }
 }
 
 impl StoreLog for MemoryLog {
     fn append(&mut self, msg: Arc<Message>) -> u64 {
         let seq = msg.sequence;
-        self.messages.push(msg);
+        self.last = seq;
+        self.messages.push_back(msg);
         seq
     }
     fn get(&self, seq: u64) -> Option<&Arc<Message>> {
-        let first = self.messages.first()?.sequence;
+        let first = self.messages.front()?.sequence;
         // Without gaps, sequence `first + i` is at index i; a restored log may have gaps.
         match self.messages.get(seq.checked_sub(first)? as usize) {
             Some(m) if m.sequence == seq => Some(m),
@@ -54,7 +82,7 @@ impl StoreLog for MemoryLog {
         }
     }
     fn last_seq(&self) -> u64 {
-        self.messages.last().map_or(0, |m| m.sequence)
+        self.last
     }
     fn first_seq_at_or_after(&self, time_ns: i64) -> u64 {
         // Timestamps are assigned by this (single-threaded) owner in append order, so they
@@ -68,17 +96,76 @@ impl StoreLog for MemoryLog {
 struct StoreChannel {
     log: MemoryLog,
     live: Events,
-    /// Where its messages' records are in the core's log: (epoch, messages) runs, in order
-    /// (one run per segment, so a few entries), given back to the journal when the channel
-    /// is deleted. Empty without a store.
-    epochs: Vec<(LogEpoch, u64)>,
+    /// Where the records it keeps live are in the core's log: (epoch, messages) runs, in
+    /// order (one run per segment, so a few entries): its messages', after the anchor's when
+    /// it has one. Given back to the journal as messages expire and when the channel is
+    /// deleted. Empty without a store.
+    epochs: VecDeque<(LogEpoch, u64)>,
+    /// The anchor (see "Retention"): the newest expired message, when every message expired
+    /// and the store journals; its record is then the first (only) counted one.
+    anchor: Option<Arc<Message>>,
 }
 
 impl StoreChannel {
     fn logged(&mut self, epoch: LogEpoch) {
-        match self.epochs.last_mut() {
+        match self.epochs.back_mut() {
             Some((last, n)) if *last == epoch => *n += 1,
-            _ => self.epochs.push((epoch, 1)),
+            _ => self.epochs.push_back((epoch, 1)),
+        }
+    }
+
+    /// Gives the `n` oldest counted records back to the journal (they are no longer live).
+    fn release(&mut self, mut n: u64, journal: &mut Journal) {
+        while n > 0 {
+            let Some((epoch, count)) = self.epochs.front_mut() else { return };
+            let k = n.min(*count);
+            journal.store_expired(*epoch, k);
+            *count -= k;
+            n -= k;
+            if *count == 0 {
+                self.epochs.pop_front();
+            }
+        }
+    }
+
+    /// A message is about to be appended: an anchor is no longer needed.
+    fn unanchor(&mut self, journal: &mut Journal) {
+        if self.anchor.take().is_some() {
+            self.release(1, journal);
+        }
+    }
+
+    /// Drops the messages stamped before `cutoff_ns`; see "Retention" for the anchor.
+    fn expire(&mut self, cutoff_ns: i64, journal: &mut Journal) {
+        let k = self.log.older_than(cutoff_ns);
+        if k == 0 {
+            self.reanchor(journal);
+            return;
+        }
+        let newest = self.log.messages.drain(..k).next_back().expect("k > 0");
+        let anchor = u64::from(self.anchor.is_some());
+        if !self.log.messages.is_empty() || !journal.is_enabled() {
+            self.release(anchor + k as u64, journal);
+            self.anchor = None;
+            return;
+        }
+        // Everything expired: the newest expired message becomes the anchor.
+        self.release(anchor + k as u64 - 1, journal);
+        self.anchor = Some(newest);
+        self.reanchor(journal);
+    }
+
+    /// Journals the anchor again when its record is in an older segment than the active
+    /// one, so that an idle channel holds no old segment on disk.
+    fn reanchor(&mut self, journal: &mut Journal) {
+        let (Some(msg), Some(&(epoch, _))) = (&self.anchor, self.epochs.front()) else { return };
+        if epoch >= journal.epoch() {
+            return;
+        }
+        // No room: the old record stays the anchor (it is still on disk).
+        if let Some(e) = journal.stored(msg) {
+            self.release(1, journal);
+            self.epochs.push_front((e, 1));
         }
     }
 }
@@ -88,6 +175,8 @@ pub struct Store {
     channels: AHashMap<Channel, StoreChannel>,
     /// What the core must write to its log (disabled without a store directory).
     pub journal: Journal,
+    /// How long a message stays, in ns (`--store-retention-min`); 0 = for ever.
+    retention_ns: i64,
 }
 
 impl Store {
@@ -97,14 +186,29 @@ impl Store {
         self
     }
 
-    /// Restores channels from a log's replay; returns how many messages came back.
+    /// Messages older than `minutes` leave their channel ([`Store::expire`]); 0 = never.
+    pub fn with_retention_min(mut self, minutes: u64) -> Self {
+        self.retention_ns = i64::try_from(minutes.saturating_mul(60_000_000_000)).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// Restores channels from a log's replay; returns how many messages came back. A
+    /// sequence logged twice (an anchor journaled again, see "Retention") is one message: the
+    /// later record is the one counted.
     pub fn restore(&mut self, channels: impl Iterator<Item = (Channel, Vec<(Arc<Message>, LogEpoch)>)>) -> usize {
         let mut restored = 0;
         for (name, logged) in channels {
-            restored += logged.len();
-            let mut ch = StoreChannel::default();
-            let mut messages = Vec::with_capacity(logged.len());
+            let mut kept: Vec<(Arc<Message>, LogEpoch)> = Vec::with_capacity(logged.len());
             for (msg, epoch) in logged {
+                match kept.last_mut() {
+                    Some(last) if last.0.sequence >= msg.sequence => *last = (msg, epoch),
+                    _ => kept.push((msg, epoch)),
+                }
+            }
+            restored += kept.len();
+            let mut ch = StoreChannel::default();
+            let mut messages = Vec::with_capacity(kept.len());
+            for (msg, epoch) in kept {
                 self.journal.recovered(epoch);
                 ch.logged(epoch);
                 messages.push(msg);
@@ -113,6 +217,18 @@ impl Store {
             self.channels.insert(name, ch);
         }
         restored
+    }
+
+    /// Retention: every channel drops its messages stamped more than the retention before
+    /// `now_ns` (see "Retention"). Cheap when nothing expired: one comparison per channel.
+    pub fn expire(&mut self, now_ns: i64) {
+        if self.retention_ns == 0 {
+            return;
+        }
+        let cutoff = now_ns.saturating_sub(self.retention_ns);
+        for ch in self.channels.values_mut() {
+            ch.expire(cutoff, &mut self.journal);
+        }
     }
 
     /// Appends (stamping sequence and time) and delivers to live subscribers: the sequence
@@ -124,6 +240,7 @@ impl Store {
         stamped.timestamp_ns = now_ns;
         let stamped = Arc::new(stamped);
         let epoch = self.journal.stored(&stamped)?;
+        ch.unanchor(&mut self.journal);
         if self.journal.is_enabled() {
             ch.logged(epoch);
         }
@@ -144,7 +261,8 @@ impl Store {
             StartAt::Last => last.max(1),
             StartAt::Sequence(n) => n.max(1),
             StartAt::Time(t) => ch.log.first_seq_at_or_after(t),
-        };
+        }
+        .max(ch.log.first_seq());
         let _ = now_ns;
         for seq in from..=last {
             if let Some(m) = ch.log.get(seq) {
@@ -163,8 +281,8 @@ impl Store {
     /// Drops the channel's log when it has no live subscribers.
     pub fn delete(&mut self, channel: &Channel) {
         if self.channels.get(channel).is_some_and(|ch| ch.live.is_empty()) {
-            if let Some(ch) = self.channels.remove(channel) {
-                self.journal.store_deleted(channel, &ch.epochs);
+            if let Some(mut ch) = self.channels.remove(channel) {
+                self.journal.store_deleted(channel, ch.epochs.make_contiguous());
             }
         }
     }
@@ -307,6 +425,104 @@ mod tests {
         let mut plain = Store::default();
         plain.publish(msg("a"), 1, 1, &mut out);
         assert!(!plain.journal.has_pending(), "no journal without a store directory");
+    }
+
+    const MIN: i64 = 60_000_000_000;
+
+    fn replayed(s: &mut Store, start: StartAt) -> Vec<u64> {
+        let ch = Channel::from_static("audit");
+        let mut out = Outbox::new();
+        s.subscribe(ch.clone(), interest(), start, 0, &mut out);
+        s.unsubscribe(&ch, interest().sub);
+        seqs(&out)
+    }
+
+    #[test]
+    fn messages_past_retention_leave_and_sequences_go_on() {
+        let mut s = Store::default().with_retention_min(1);
+        let mut out = Outbox::new();
+        for (i, b) in ["a", "b", "c"].into_iter().enumerate() {
+            s.publish(msg(b), (i as i64) * 30_000_000_000, 1, &mut out); // at 0, 30 s, 60 s
+        }
+        s.expire(MIN); // cutoff 0: nothing is older
+        assert_eq!(replayed(&mut s, StartAt::First), vec![1, 2, 3]);
+        s.expire(MIN + 1); // "a" is older than a minute
+        assert_eq!(replayed(&mut s, StartAt::First), vec![2, 3]);
+        assert_eq!(replayed(&mut s, StartAt::Sequence(1)), vec![2, 3]);
+        assert_eq!(replayed(&mut s, StartAt::Time(0)), vec![2, 3]);
+        s.expire(10 * MIN);
+        assert_eq!(replayed(&mut s, StartAt::First), Vec::<u64>::new());
+        assert_eq!(replayed(&mut s, StartAt::Last), Vec::<u64>::new());
+        assert_eq!(s.stats()[0].messages, 0);
+        assert_eq!(s.last_seq(&Channel::from_static("audit")), 3, "the last sequence is kept");
+        assert_eq!(s.publish(msg("d"), 10 * MIN, 1, &mut out), Some(4), "no sequence is reused");
+        assert_eq!(replayed(&mut s, StartAt::First), vec![4]);
+    }
+
+    #[test]
+    fn retention_zero_keeps_everything() {
+        let mut s = Store::default().with_retention_min(0);
+        let mut out = Outbox::new();
+        s.publish(msg("a"), 0, 1, &mut out);
+        s.expire(i64::MAX);
+        assert_eq!(replayed(&mut s, StartAt::First), vec![1]);
+    }
+
+    /// With a journal, expired messages stop being live (their segments can go), except the
+    /// anchor of a channel whose messages all expired, which moves to the active segment.
+    #[test]
+    fn expired_messages_stop_keeping_segments_and_an_anchor_keeps_the_sequence() {
+        let mut s = Store::default().with_journal().with_retention_min(1);
+        let mut out = Outbox::new();
+        s.journal.set_epoch(LogEpoch(1));
+        s.publish(msg("a"), 0, 1, &mut out);
+        s.publish(msg("b"), 0, 1, &mut out);
+        s.journal.set_epoch(LogEpoch(2));
+        s.publish(msg("c"), 2 * MIN, 1, &mut out);
+        let mut batch = Vec::new();
+        s.journal.take(&mut batch);
+        assert_eq!((s.journal.oldest_live(), s.journal.live_messages()), (Some(LogEpoch(1)), 3));
+        s.expire(3 * MIN - 1); // "a" and "b" expire, "c" stays
+        assert_eq!((s.journal.oldest_live(), s.journal.live_messages()), (Some(LogEpoch(2)), 1));
+        assert!(!s.journal.has_pending(), "expiry writes no record");
+        // "c" expires too: it stays counted as the anchor, in its own (active) segment.
+        s.expire(10 * MIN);
+        assert_eq!((s.journal.oldest_live(), s.journal.live_messages()), (Some(LogEpoch(2)), 1));
+        assert!(!s.journal.has_pending());
+        // The log moves on: the anchor is journaled again in the active segment.
+        s.journal.set_epoch(LogEpoch(5));
+        s.expire(10 * MIN);
+        assert_eq!((s.journal.oldest_live(), s.journal.live_messages()), (Some(LogEpoch(5)), 1));
+        s.journal.take(&mut batch);
+        let mut logged = Vec::new();
+        crate::array::log::segment::scan_segment(&batch, |_, rec| {
+            if let Record::StoreMessage(m) = rec {
+                logged.push((m.sequence, String::from_utf8_lossy(m.content.body).into_owned()));
+            }
+        });
+        assert_eq!(logged, [(3, "c".to_string())]);
+        // A new message releases the anchor.
+        assert_eq!(s.publish(msg("d"), 10 * MIN, 1, &mut out), Some(4));
+        assert_eq!(s.journal.live_messages(), 1);
+        s.delete(&Channel::from_static("audit"));
+        assert_eq!(s.journal.live_messages(), 0);
+    }
+
+    #[test]
+    fn a_restore_folds_an_anchor_copy_and_applies_retention() {
+        let at = |seq: u64, ts: i64| Arc::new(Message { sequence: seq, timestamp_ns: ts, ..(*msg("x")).clone() });
+        let ch = Channel::from_static("audit");
+        let logged = vec![(at(1, 0), LogEpoch(1)), (at(2, 0), LogEpoch(1)), (at(2, 0), LogEpoch(3))];
+        let mut s = Store::default().with_journal().with_retention_min(1);
+        s.journal.set_epoch(LogEpoch(3));
+        assert_eq!(s.restore([(ch.clone(), logged.clone())].into_iter()), 2, "sequence 2 logged twice is one message");
+        assert_eq!(s.journal.live_messages(), 2, "the later copy is counted, not both");
+        assert_eq!(replayed(&mut s, StartAt::First), vec![1, 2], "within retention at restore time");
+        s.expire(10 * MIN);
+        assert_eq!(replayed(&mut s, StartAt::First), Vec::<u64>::new());
+        assert_eq!((s.journal.oldest_live(), s.journal.live_messages()), (Some(LogEpoch(3)), 1), "the anchor");
+        let mut out = Outbox::new();
+        assert_eq!(s.publish(msg("y"), 10 * MIN, 1, &mut out), Some(3));
     }
 
     #[test]

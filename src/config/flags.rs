@@ -325,9 +325,9 @@ pub(super) struct Cli {
     /// The persistent embedded array's store directory (created if missing; one subdirectory
     /// per core and a lock file: a second process on the same directory fails at start).
     /// Queue messages and their settlements, and Events-Store messages, are logged there and
-    /// recovered at start. `off` (the current default) keeps them in memory only. Embedded
-    /// array only. Env
-    /// STORE_STORE_PATH (KubeMQ's name). TOML key: store_dir.
+    /// recovered at start. Default ./store (KubeMQ's); `off` keeps them in memory only.
+    /// Embedded array only: with --array grpc://… the gateway keeps no store (a directory
+    /// given then is an error). Env STORE_STORE_PATH (KubeMQ's name). TOML key: store_dir.
     #[arg(long, value_name = "DIR|off")]
     pub(super) store_dir: Option<String>,
 
@@ -351,6 +351,14 @@ pub(super) struct Cli {
     /// default) = no cap. Env STOMPGATE_STORE_MAX_BYTES. TOML key: store_max_bytes.
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
     pub(super) store_max_bytes: Option<String>,
+
+    /// Events-Store retention in minutes: a message older than this leaves its channel (it is
+    /// no longer replayed, and its record no longer keeps its log segment on disk); its
+    /// sequence is never reused. Default 1440 (a day, KubeMQ's default); 0 = keep for ever.
+    /// Queues are not affected (a queue message stays until settled or its own expiration).
+    /// Env STORE_MAX_RETENTION (KubeMQ's name). TOML key: store_retention_min.
+    #[arg(long, value_name = "MINUTES", allow_negative_numbers = true)]
+    pub(super) store_retention_min: Option<String>,
 
     /// Size of one log segment file in bytes (default 64 MiB). For tests of space
     /// reclamation: not part of the documented configuration.
@@ -413,6 +421,7 @@ mod tests {
             env::STORE_SYNC,
             env::STORE_SYNC_INTERVAL_US,
             env::STORE_MAX_BYTES,
+            env::STORE_MAX_RETENTION,
         ] {
             assert!(help.contains(name), "help lacks {name}");
         }

@@ -127,7 +127,10 @@ pub struct Config {
     /// Prometheus metrics listener (`None` = off, the default).
     pub metrics_addr: Option<SocketAddr>,
     /// The persistent embedded array's store (`--store-dir`, `--store-sync`,
-    /// `--store-sync-interval-us`); `dir: None` keeps every queue in memory only.
+    /// `--store-sync-interval-us`, `--store-retention-min`); `dir: None` keeps every queue in
+    /// memory only. `Config::default()` (embedders, the in-process tests) leaves it off, as it
+    /// leaves `ws_addr` off: gateways in one process must not share `./store` and its lock. The
+    /// command line's default is [`DEFAULT_STORE_DIR`].
     pub store: StoreConfig,
     /// Capacity of each cross-core ring. Not a setting: the default suits every deployment,
     /// and tests shrink it to reach the full-ring paths.
@@ -139,6 +142,10 @@ pub struct Config {
 pub struct StoreConfig {
     /// The store directory (one subdirectory per core, a lock file); `None` = `off`.
     pub dir: Option<std::path::PathBuf>,
+    /// Events-Store retention in minutes (KubeMQ's `STORE_MAX_RETENTION`, default 1440 as
+    /// KubeMQ's): older messages leave their channel; 0 = kept for ever. Applies with and
+    /// without a store directory.
+    pub retention_min: u64,
     /// What a persistent SEND's RECEIPT waits for.
     pub sync: StoreSync,
     /// Shortest time between two syncs of one core's log, in µs: records that arrive in
@@ -162,11 +169,14 @@ pub enum StoreSync {
 }
 
 impl Default for StoreConfig {
+    /// Off (see [`Config::store`]); the command line's default directory is [`DEFAULT_STORE_DIR`].
     fn default() -> Self {
-        // Off until recovery is complete (issue 15); the issue's target default is `./store`.
-        StoreConfig { dir: None, sync: StoreSync::Fsync, sync_interval_us: 200, max_bytes: 0, segment_bytes: 64 << 20 }
+        StoreConfig { dir: None, retention_min: 1440, sync: StoreSync::Fsync, sync_interval_us: 200, max_bytes: 0, segment_bytes: 64 << 20 }
     }
 }
+
+/// The command line's store directory when none is given: KubeMQ's default store path.
+pub const DEFAULT_STORE_DIR: &str = "./store";
 
 /// The gRPC listener's certificate chain and key (both PEM files, read at start-up).
 #[derive(Clone, Debug, PartialEq, Eq)]

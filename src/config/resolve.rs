@@ -71,6 +71,7 @@ impl Config {
             }
         };
         let cpus = Self::resolve_cpus(&src, online)?;
+        let array = Self::resolve_array(&src)?;
 
         let default_pattern = match src.pick("default-pattern", &cli.default_pattern, Some(env::DEFAULT_PATTERN), "default_pattern") {
             None => d.default_pattern,
@@ -147,7 +148,8 @@ impl Config {
                 None => None,
             },
             auth: Self::resolve_auth(&src)?,
-            array: Self::resolve_array(&src)?,
+            store: Self::resolve_store(&src, &array)?,
+            array,
             metrics_addr: match src.pick("metrics-addr", &cli.metrics_addr, None, "metrics_addr") {
                 None => None,
                 Some((raw, source)) => match text(&raw, source)? {
@@ -155,22 +157,30 @@ impl Config {
                     addr => Some(parse_addr(addr, source)?),
                 },
             },
-            store: Self::resolve_store(&src)?,
             mesh_ring: Config::default().mesh_ring,
         })
     }
 
-    /// `--store-dir` (a path or `off`), `--store-sync`, `--store-sync-interval-us`.
-    fn resolve_store<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>) -> Result<StoreConfig, String> {
+    /// `--store-dir` (a path or `off`; default [`super::DEFAULT_STORE_DIR`] with the embedded
+    /// array, none with a remote one, where a directory is an error: it would do nothing),
+    /// `--store-sync`, `--store-sync-interval-us`, `--store-max-bytes`, `--store-retention-min`.
+    fn resolve_store<F: Fn(&str) -> Option<String>>(src: &Sources<'_, F>, array: &ArrayMode) -> Result<StoreConfig, String> {
         let cli = src.cli;
         let d = StoreConfig::default();
+        let remote = matches!(array, ArrayMode::Remote(_));
         let dir = match src.pick("store-dir", &cli.store_dir, Some(env::STORE_PATH), "store_dir") {
-            None => d.dir,
+            None if remote => None,
+            None => Some(std::path::PathBuf::from(super::DEFAULT_STORE_DIR)),
             Some((raw, source)) => match text(&raw, source)?.trim() {
                 "off" => None,
                 "" => return Err(invalid(source, "expected a directory or off")),
+                _ if remote => return Err(invalid(source, "a gateway in front of a remote array (--array grpc://…) keeps no store; leave it unset or off")),
                 path => Some(std::path::PathBuf::from(path)),
             },
+        };
+        let retention_min = match src.pick("store-retention-min", &cli.store_retention_min, Some(env::STORE_MAX_RETENTION), "store_retention_min") {
+            None => d.retention_min,
+            Some((raw, source)) => parse_uint(&raw, source, 0)?,
         };
         let sync = match src.pick("store-sync", &cli.store_sync, Some(env::STORE_SYNC), "store_sync") {
             None => d.sync,
@@ -193,7 +203,7 @@ impl Config {
             None => d.segment_bytes,
             Some((raw, source)) => parse_uint(&raw, source, 1024)?,
         };
-        Ok(StoreConfig { dir, sync, sync_interval_us, max_bytes, segment_bytes })
+        Ok(StoreConfig { dir, retention_min, sync, sync_interval_us, max_bytes, segment_bytes })
     }
 
     /// `--grpc-tls-cert` and `--grpc-tls-key`: both or neither, each a readable file.

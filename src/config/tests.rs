@@ -53,6 +53,7 @@ fn defaults() {
         ws_tls_addr: ws(super::DEFAULT_WS_TLS_ADDR),
         amqp_addr: Some(super::DEFAULT_AMQP_ADDR),
         amqp_tls_addr: Some(super::DEFAULT_AMQP_TLS_ADDR),
+        store: super::StoreConfig { dir: Some(super::DEFAULT_STORE_DIR.into()), ..super::StoreConfig::default() },
         ..Config::default()
     };
     assert_eq!(c, on_the_command_line);
@@ -178,7 +179,7 @@ fn each_env_name() {
             auth: crate::auth::Auth::default(),
             array: ArrayMode::Embedded,
             metrics_addr: None,
-            store: crate::config::StoreConfig::default(),
+            store: crate::config::StoreConfig { dir: Some("./store".into()), ..crate::config::StoreConfig::default() },
             mesh_ring: 8192,
         }
     );
@@ -276,7 +277,7 @@ ws_allowed_origins = "*"
             auth: crate::auth::Auth::default(),
             array: ArrayMode::Embedded,
             metrics_addr: Some("127.0.0.1:9100".parse().unwrap()),
-            store: crate::config::StoreConfig::default(),
+            store: crate::config::StoreConfig { dir: Some("./store".into()), ..crate::config::StoreConfig::default() },
             mesh_ring: 8192,
         }
     );
@@ -558,9 +559,10 @@ fn store_settings_from_flag_env_and_file() {
     use std::path::PathBuf;
     assert_eq!(
         parse(&[]).unwrap().store,
-        StoreConfig { dir: None, sync: StoreSync::Fsync, sync_interval_us: 200, ..StoreConfig::default() },
-        "off by default for now"
+        StoreConfig { dir: Some(PathBuf::from("./store")), retention_min: 1440, sync: StoreSync::Fsync, sync_interval_us: 200, ..StoreConfig::default() },
+        "./store by default, as KubeMQ's store path, with KubeMQ's retention of a day"
     );
+    assert_eq!(StoreConfig::default().dir, None, "embedders and in-process tests: off unless asked for");
     let c = parse(&["--store-dir", "/tmp/sg", "--store-sync", "write", "--store-sync-interval-us", "0"]).unwrap();
     assert_eq!(c.store, StoreConfig { dir: Some(PathBuf::from("/tmp/sg")), sync: StoreSync::Write, sync_interval_us: 0, ..StoreConfig::default() });
     assert_eq!(parse(&["--store-dir", "off"]).unwrap().store.dir, None);
@@ -577,6 +579,37 @@ fn store_settings_from_flag_env_and_file() {
     assert_eq!((c.store.max_bytes, c.store.segment_bytes), (1_000_000, 4096));
     assert_eq!(parse(&["--store-max-bytes", "5"]).unwrap().store.max_bytes, 5);
     assert!(err(&["--store-segment-bytes", "10"], &[]).starts_with("invalid --store-segment-bytes: must be at least 1024"));
+}
+
+#[test]
+fn store_retention_from_flag_env_and_file() {
+    assert_eq!(parse(&["--store-retention-min", "0"]).unwrap().store.retention_min, 0, "0 = for ever");
+    assert_eq!(parse_env(&[], &[("STORE_MAX_RETENTION", "60")]).unwrap().store.retention_min, 60);
+    assert_eq!(parse_env(&["--store-retention-min", "5"], &[("STORE_MAX_RETENTION", "60")]).unwrap().store.retention_min, 5, "flag over env");
+    let file = TempToml::new("store_retention_min = 90\n");
+    assert_eq!(parse(&["--config", file.path()]).unwrap().store.retention_min, 90);
+    assert_eq!(parse_env(&["--config", file.path()], &[("STORE_MAX_RETENTION", "7")]).unwrap().store.retention_min, 7, "env over file");
+    let e = err(&["--store-retention-min", "-1"], &[]);
+    assert_eq!(e, "invalid --store-retention-min: \"-1\" is not a non-negative whole number");
+    let e = err(&[], &[("STORE_MAX_RETENTION", "a day")]);
+    assert!(e.starts_with("invalid STORE_MAX_RETENTION: "), "{e}");
+    let file = TempToml::new("store_retention_min = \"1440\"\n");
+    let e = err(&["--config", file.path()], &[]);
+    assert!(e.starts_with("invalid store_retention_min in ") && e.ends_with("expected an integer, found a string"), "{e}");
+}
+
+/// The store is the embedded array's: a gateway in front of a remote array has none by
+/// default (it must not create or lock ./store), and a directory given to one is an error.
+#[test]
+fn a_remote_array_gateway_keeps_no_store() {
+    let remote = ["--array", "grpc://127.0.0.1:50000"];
+    assert_eq!(parse(&remote).unwrap().store.dir, None);
+    assert_eq!(parse(&[&remote[..], &["--store-dir", "off"]].concat()).unwrap().store.dir, None);
+    let e = err(&[&remote[..], &["--store-dir", "/var/sg"]].concat(), &[]);
+    assert!(e.starts_with("invalid --store-dir: a gateway in front of a remote array"), "{e}");
+    assert!(!e.contains('\n'));
+    let e = err(&remote, &[("STORE_STORE_PATH", "/var/sg")]);
+    assert!(e.starts_with("invalid STORE_STORE_PATH: "), "{e}");
 }
 
 #[test]

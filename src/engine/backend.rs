@@ -154,11 +154,14 @@ impl Backend {
         None
     }
 
-    /// Periodic array duties: queue ack timeouts and expiries, RPC timeouts.
+    /// Periodic array duties: queue ack timeouts and expiries, Events-Store retention, RPC
+    /// timeouts.
     pub fn tick(&self, now: Instant, out: &mut Outbox) {
         if let Backend::Embedded(shard) = self {
             let mut shard = shard.borrow_mut();
-            shard.queues.expire(now, now_unix_ns(), out);
+            let now_ns = now_unix_ns();
+            shard.queues.expire(now, now_ns, out);
+            shard.store.expire(now_ns);
             shard.rpc.expire(now, out);
         }
     }

@@ -93,10 +93,13 @@ impl Core {
             None => {
                 let mut shard = Shard::new(id, cores, std::time::Duration::from_secs(cfg.queue_ack_timeout_s))
                     .with_queue_depth_limit(cfg.queue_max_messages, cfg.queue_max_bytes);
+                shard.store = std::mem::take(&mut shard.store).with_retention_min(cfg.store.retention_min);
                 if let Some(opened) = store {
                     shard.queues = shard.queues.with_journal();
                     shard.store = std::mem::take(&mut shard.store).with_journal();
                     durable = Some(durable::Durable::start(opened, &cfg, id, cores, &mut shard));
+                    // What came back past retention goes before anyone can replay it.
+                    shard.store.expire(crate::model::now_unix_ns());
                 }
                 Backend::Embedded(RefCell::new(shard))
             }

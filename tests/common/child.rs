@@ -25,8 +25,10 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Starts `stompgate --cores 1 --grpc-addr off --ws-addr off --amqp-addr off --stomp-addr <free port>`
-    /// plus `args` (which may override all but the last), with RLIMIT_NOFILE set to `nofile` (soft and hard) when given, and waits until STOMP accepts.
+    /// Starts `stompgate --cores 1 --grpc-addr off --ws-addr off --amqp-addr off --store-dir off
+    /// --stomp-addr <free port>` plus `args` (which may override all but the last; a test of
+    /// persistence gives its own `--store-dir`, never the default ./store, whose lock parallel
+    /// tests would share), with RLIMIT_NOFILE set to `nofile` (soft and hard) when given, and waits until STOMP accepts.
     pub fn spawn(args: &[&str], nofile: Option<u64>) -> Gateway {
         Self::spawn_limited(args, Limits { nofile, ..Limits::default() })
     }
@@ -44,6 +46,7 @@ impl Gateway {
             ("--ws-addr", "off"),
             ("--amqp-addr", "off"),
             ("--amqp-tls-addr", "off"),
+            ("--store-dir", "off"),
             ("--stomp-addr", stomp.as_str()),
         ] {
             if !args.contains(&flag) {

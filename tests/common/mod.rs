@@ -49,7 +49,9 @@ impl TestServer {
     }
 
     /// Starts with two cores (on CPUs 0 and 1, or twice CPU 0 on a one-CPU machine) so
-    /// cross-core paths are exercised, after `tweak` adjusts the defaults.
+    /// cross-core paths are exercised, after `tweak` adjusts the defaults. The store stays off
+    /// (`Config::default()`; the command line's default ./store would be shared by every
+    /// gateway of the test process), unless `tweak` names a directory of its own.
     pub fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
         if let Ok(filter) = std::env::var("STOMPGATE_LOG") {
             let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
@@ -59,6 +61,7 @@ impl TestServer {
             stomp_addr: std::env::var("TEST_ADDR").unwrap_or("127.0.0.1:0".into()).parse().unwrap(),
             cpus: if online >= 2 { vec![0, 1] } else { vec![0, 0] },
             ws_addr: ws_client::ws_transport().then(|| "127.0.0.1:0".parse().unwrap()),
+            store: stompgate::config::StoreConfig { dir: None, ..Default::default() },
             ..Config::default()
         };
         tweak(&mut cfg);

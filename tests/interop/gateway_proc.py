@@ -1,7 +1,7 @@
 """Runs the gateway binary as a separate process for the interop tests.
 
 `start_gateway` launches `stompgate --stomp-addr 127.0.0.1:<free port> --cores 2
---heartbeat-ms 10000 --queue-ack-timeout-s 2` (binary: $STOMPGATE_BIN, else
+--heartbeat-ms 10000 --queue-ack-timeout-s 2 --store-dir off` (binary: $STOMPGATE_BIN, else
 target/release/stompgate), sends its stdout and stderr to target/interop-logs/stompgate-<port>.log
 and waits until it answers CONNECT. `stop_gateway` sends SIGTERM and asserts exit status 0
 within 10 s: the gateway's graceful shutdown must exit 0.
@@ -151,8 +151,9 @@ def _start_one(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
                grpc: bool = False) -> Gateway:
     """Starts the binary on a free loopback port and waits until it answers CONNECT.
 
-    Default flags: --cores 2 --heartbeat-ms 10000 --queue-ack-timeout-s 2 --grpc-addr off; a flag
-    given in extra_args ("--heartbeat-ms", "500") replaces its default, others are appended.
+    Default flags: --cores 2 --heartbeat-ms 10000 --queue-ack-timeout-s 2 --grpc-addr off
+    --store-dir off; a flag given in extra_args ("--heartbeat-ms", "500") replaces its default,
+    others are appended.
     grpc=True serves the gRPC API on another free loopback port and waits for it as well.
     """
     binary = gateway_binary()
@@ -168,9 +169,13 @@ def _start_one(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
     # parallel gateways never compete for its default port (0.0.0.0:50000). The same for STOMP
     # over WebSocket (default 0.0.0.0:15674, and wss 0.0.0.0:15673 with a certificate) and AMQP
     # 1.0 (0.0.0.0:5672, and amqps 0.0.0.0:5671 with a certificate): a test wanting one passes
-    # --ws-addr / --ws-tls-addr / --amqp-addr / --amqp-tls-addr.
+    # --ws-addr / --ws-tls-addr / --amqp-addr / --amqp-tls-addr. The store too: the default
+    # ./store (under REPO, the working directory) is one lock for every gateway, so the tests
+    # run in memory (`--store-dir off`, also right for a remote-array front) unless one passes a
+    # directory of its own.
     args = {"--cores": "2", "--heartbeat-ms": "10000", "--queue-ack-timeout-s": "2", "--grpc-addr": "off",
-            "--ws-addr": "off", "--ws-tls-addr": "off", "--amqp-addr": "off", "--amqp-tls-addr": "off"}
+            "--ws-addr": "off", "--ws-tls-addr": "off", "--amqp-addr": "off", "--amqp-tls-addr": "off",
+            "--store-dir": "off"}
     grpc_port = None
     if grpc:
         grpc_port = free_port()
@@ -215,11 +220,14 @@ def _start_one(extra_args=(), ready_timeout: float = READY_TIMEOUT_S,
 def spawn_listening(args: list[str], port: int, log_name: str, ready_ports: list[int],
                     grpc_port: int | None = None, timeout: float = 20.0) -> Gateway:
     """Starts the binary with exactly `args` (a test that sets every flag itself, e.g. with
-    authentication on, where the CONNECT probe of `start_gateway` would be refused) and waits
+    authentication on, where the CONNECT probe of `start_gateway` would be refused), plus
+    `--store-dir off` unless `args` name a store (see `_start_one`), and waits
     until every port in `ready_ports` accepts TCP. Its log is target/interop-logs/<log_name>.
     Fails the test (the gateway killed) if it exits first or does not listen within `timeout`."""
     log_path = REPO / "target" / "interop-logs" / log_name
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if "--store-dir" not in args:
+        args = [*args, "--store-dir", "off"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(gateway_binary()), *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 cwd=str(REPO))

@@ -43,7 +43,8 @@ export { freePort };
  * listener, at `amqpPort`. */
 export async function startGateway(extraArgs = [], { grpc = false, amqp = false } = {}) {
   const [stompPort, wsPort, grpcPort, amqpPort] = [await freePort(), await freePort(), grpc ? await freePort() : 0, amqp ? await freePort() : 0];
-  const args = ['--cores', '1', '--grpc-addr', grpc ? `127.0.0.1:${grpcPort}` : 'off',
+  // In memory (`--store-dir off`): the default ./store would be one lock for every gateway.
+  const args = ['--cores', '1', '--store-dir', 'off', '--grpc-addr', grpc ? `127.0.0.1:${grpcPort}` : 'off',
     '--amqp-addr', amqp ? `127.0.0.1:${amqpPort}` : 'off', '--stomp-addr', `127.0.0.1:${stompPort}`, '--ws-addr', `127.0.0.1:${wsPort}`, ...extraArgs];
   const child = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
