@@ -45,7 +45,9 @@ WebSocket (--ws); and, with --protocol amqp, for AMQP 1.0 brokers (fanout and qu
 AMQP 1.0 (--protocol amqp, port 5672 unless --port): plain TCP, SASL PLAIN with
 --login/--passcode when the server offers it, else ANONYMOUS; one session and one link per
 connection. fanout: the publisher sends pre-settled to <--amqp-topic-prefix><name> (default
-events/<name>, stompgate's events); each receiver attaches there pre-settled. queue: producers
+events/<name>, stompgate's events), except that unbounded every --receipt-every-th delivery is
+sent unsettled and waited for (the RECEIPT's equivalent); each receiver attaches there
+pre-settled. queue: producers
 send unsettled to <--amqp-queue-prefix><name> (default queues/<name>) and a delivery counts
 once the server settles it accepted (any other outcome fails the run); each keeps at most
 --receipt-every deliveries unsettled; consumers receive unsettled and accept every delivery.
@@ -177,8 +179,8 @@ struct Common {
     /// requests per second over all requesters; 0 = closed loop.
     #[arg(long, default_value_t = 0.0, global = true)]
     rate: f64,
-    /// Unbounded publishing: wait for a RECEIPT every K messages (AMQP queue: at most K
-    /// deliveries unsettled per producer).
+    /// Unbounded publishing: wait for a RECEIPT every K messages (AMQP: fanout waits for the
+    /// settlement of every K-th delivery; queue keeps at most K unsettled per producer).
     #[arg(long, default_value_t = 1000, global = true, value_parser = clap::value_parser!(u64).range(1..))]
     receipt_every: u64,
     /// Destination name under /topic/ or /queue/ (rpc: the channel under /command/ or /query/;
