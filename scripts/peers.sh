@@ -298,7 +298,7 @@ EOF
     local jar="$home/bin/activemq.jar"
     [ -f "$jar" ] || jar="$(find "$home" /usr/share/java -maxdepth 2 -name 'activemq.jar' 2>/dev/null | head -1)"
     [ -n "$jar" ] && [ -f "$jar" ] || die "activemq.jar not found under $home"
-    log "starting activemq (STOMP 127.0.0.1:$ACTIVEMQ_STOMP_PORT, TLS :$ACTIVEMQ_STOMP_TLS_PORT, AMQP 1.0 :$ACTIVEMQ_AMQP_PORT)"
+    log "starting activemq (STOMP 127.0.0.1:$ACTIVEMQ_STOMP_PORT, TLS :$ACTIVEMQ_STOMP_TLS_PORT${AMQP_CONNECTOR:+, AMQP 1.0 :$ACTIVEMQ_AMQP_PORT})"
     ulimit -n "$(ulimit -Hn)" || true
     setsid nohup "$java" -Xms512m -Xmx2g -Djava.awt.headless=true \
         -Djava.io.tmpdir="$ACTIVEMQ_BASE/tmp" \
