@@ -1,4 +1,4 @@
-# Sourced by the benchmark scripts (ab.sh, compare.sh, remote-hop.sh, tls-auth-bench.sh): the
+# Sourced by the benchmark scripts (ab.sh, amqp-bench.sh, compare.sh, remote-hop.sh, tls-auth-bench.sh): the
 # load-harness arguments of the scenarios they share, and stopping the gateway a script started,
 # so every script measures a named case the same way.
 
