@@ -1,4 +1,4 @@
-# Sourced by the benchmark scripts (ab.sh, compare.sh, remote-hop.sh, tls-auth-bench.sh): the
+# Sourced by the benchmark scripts (ab.sh, amqp-bench.sh, compare.sh, remote-hop.sh, tls-auth-bench.sh): the
 # load-harness arguments of the scenarios they share, and stopping the gateway a script started,
 # so every script measures a named case the same way.
 
@@ -9,6 +9,9 @@ bench_case_args() {
     fanout-rate | fanout-rate2k) echo "fanout --subscribers 4 --rate 2000" ;;
     fanout-rate50k) echo "fanout --subscribers 4 --rate 50000" ;;
     queue) echo "queue --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
+    # AMQP 1.0: the same loads; add the broker's --amqp-topic-prefix/--amqp-queue-prefix.
+    amqp-fanout) echo "fanout --protocol amqp --subscribers 4 --rate 0" ;;
+    amqp-queue) echo "queue --protocol amqp --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
     connect) echo "connect --workers 4" ;;
     idle) echo "idle --connections ${IDLE_CONNECTIONS:?} --workers 4" ;;
     *) echo "$(basename "$0"): unknown case $1" >&2; exit 2 ;;

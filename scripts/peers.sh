@@ -5,18 +5,25 @@
 #   scripts/peers.sh start rabbitmq|activemq   install if needed, configure, start, wait for STOMP
 #   scripts/peers.sh stop  rabbitmq|activemq   stop it (no-op when not running)
 #   scripts/peers.sh certs                     make the TLS certificates below (if missing), print their dir
-#   scripts/peers.sh port  rabbitmq|activemq [tcp|tls|ws]   print its STOMP port over that
-#                                              transport (default tcp); exit 1 if it has none
+#   scripts/peers.sh port  rabbitmq|activemq [tcp|tls|ws|amqp]   print its STOMP port over that
+#                                              transport (default tcp), or its AMQP 1.0 port;
+#                                              exit 1 if it has none
 #
 # Ports (all on 127.0.0.1 only; stompgate keeps its default 61613):
 #   rabbitmq  STOMP 61623 (plugin rabbitmq_stomp), STOMP over TLS 61624, Web-STOMP 15684
 #             (plugin rabbitmq_web_stomp, path /ws; binary WebSocket frames, as its text default
-#             cannot carry non-UTF-8 bodies), AMQP 5672, epmd 4369, distribution 25672
-#   activemq  STOMP 61633, STOMP over TLS 61634 (stomp+nio+ssl; every other transport connector
-#             removed, JMX connector off). No WebSocket: Debian's activemq package lacks the
-#             Jetty WebSocket jars its ws:// connector needs.
+#             cannot carry non-UTF-8 bodies), AMQP 1.0 and 0-9-1 5682 (plugin rabbitmq_amqp1_0,
+#             which shares the AMQP 0-9-1 listener: moved off 5672, stompgate's AMQP port;
+#             addresses /topic/X and /queue/X), epmd 4369, distribution 25672
+#   activemq  STOMP 61633, STOMP over TLS 61634 (stomp+nio+ssl), AMQP 1.0 5692 (amqp+nio;
+#             addresses topic://X and queue://X) only where the broker has its AMQP transport
+#             (activemq-amqp and proton-j jars): Debian 12's activemq 5.17.2 package ships
+#             neither (activemq_has_amqp below), so there it has no AMQP listener and
+#             `port activemq amqp` fails saying so. Every other transport connector removed,
+#             JMX connector off. No WebSocket: Debian's activemq package lacks the Jetty
+#             WebSocket jars its ws:// connector needs.
 # Override with RABBITMQ_STOMP_PORT / RABBITMQ_STOMP_TLS_PORT / RABBITMQ_WEB_STOMP_PORT /
-# ACTIVEMQ_STOMP_PORT / ACTIVEMQ_STOMP_TLS_PORT. Both accept login guest/guest (RabbitMQ's
+# RABBITMQ_AMQP_PORT / ACTIVEMQ_STOMP_PORT / ACTIVEMQ_STOMP_TLS_PORT / ACTIVEMQ_AMQP_PORT. Both accept login guest/guest (RabbitMQ's
 # default user, allowed from loopback; ActiveMQ has no authentication configured).
 #
 # TLS: at start, a throwaway CA and a server certificate it signs (EC P-256, for 127.0.0.1 and
@@ -35,6 +42,8 @@ ACTIVEMQ_STOMP_PORT="${ACTIVEMQ_STOMP_PORT:-61633}"
 RABBITMQ_STOMP_TLS_PORT="${RABBITMQ_STOMP_TLS_PORT:-61624}"
 RABBITMQ_WEB_STOMP_PORT="${RABBITMQ_WEB_STOMP_PORT:-15684}"
 ACTIVEMQ_STOMP_TLS_PORT="${ACTIVEMQ_STOMP_TLS_PORT:-61634}"
+RABBITMQ_AMQP_PORT="${RABBITMQ_AMQP_PORT:-5682}"
+ACTIVEMQ_AMQP_PORT="${ACTIVEMQ_AMQP_PORT:-5692}"
 TLS_DIR="$PEERS_DIR/tls"
 # The PKCS#12 keystore's password (a throwaway certificate on loopback).
 KEYSTORE_PASS=stompgate-peers
@@ -143,7 +152,8 @@ SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
 EOF
     cat >/etc/rabbitmq/rabbitmq.conf <<EOF
 # written by stompgate scripts/peers.sh
-listeners.tcp.default = 127.0.0.1:5672
+listeners.tcp.default = 127.0.0.1:$RABBITMQ_AMQP_PORT
+amqp1_0.default_user = guest
 stomp.listeners.tcp.1 = 127.0.0.1:$RABBITMQ_STOMP_PORT
 stomp.listeners.ssl.1 = 127.0.0.1:$RABBITMQ_STOMP_TLS_PORT
 stomp.default_user = guest
@@ -160,8 +170,8 @@ web_stomp.tcp.port = $RABBITMQ_WEB_STOMP_PORT
 web_stomp.ws_frame = binary
 loopback_users.guest = true
 EOF
-    ERL_EPMD_ADDRESS=127.0.0.1 rabbitmq-plugins enable --offline rabbitmq_stomp rabbitmq_web_stomp >&2
-    log "starting rabbitmq (STOMP 127.0.0.1:$RABBITMQ_STOMP_PORT, TLS :$RABBITMQ_STOMP_TLS_PORT, Web-STOMP :$RABBITMQ_WEB_STOMP_PORT/ws)"
+    ERL_EPMD_ADDRESS=127.0.0.1 rabbitmq-plugins enable --offline rabbitmq_stomp rabbitmq_web_stomp rabbitmq_amqp1_0 >&2
+    log "starting rabbitmq (STOMP 127.0.0.1:$RABBITMQ_STOMP_PORT, TLS :$RABBITMQ_STOMP_TLS_PORT, Web-STOMP :$RABBITMQ_WEB_STOMP_PORT/ws, AMQP 1.0 :$RABBITMQ_AMQP_PORT)"
     # The idle scenario holds thousands of connections: the broker inherits the hard limit.
     # Debian's wrapper drops to the rabbitmq user through su, whose PAM session resets the
     # limit to 1024; setpriv changes user without PAM.
@@ -204,6 +214,13 @@ rabbitmq_stop() {
 
 ACTIVEMQ_BASE="$PEERS_DIR/activemq-base"
 
+# activemq_has_amqp: the broker's AMQP transport (activemq-amqp, which needs proton-j) is on its
+# classpath. Without it an amqp+nio connector stops the whole broker from starting.
+activemq_has_amqp() {
+    compgen -G "/usr/share/activemq/lib/activemq-amqp*.jar" >/dev/null ||
+        compgen -G "/usr/share/activemq/lib/optional/activemq-amqp*.jar" >/dev/null
+}
+
 activemq_pid() { cat "$PEERS_DIR/activemq.pid" 2>/dev/null; }
 activemq_running() { local p; p="$(activemq_pid)" && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
 
@@ -219,6 +236,13 @@ activemq_start() {
     [ -d "$home" ] || die "activemq installed but $home is missing"
     # A private broker base: our own activemq.xml, data dir and log, nothing in /etc touched.
     rm -rf "$ACTIVEMQ_BASE"
+    local AMQP_CONNECTOR=""
+    if activemq_has_amqp; then
+        AMQP_CONNECTOR="      <transportConnector name=\"amqp\" uri=\"amqp+nio://127.0.0.1:$ACTIVEMQ_AMQP_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600\"/>
+"
+    else
+        log "activemq: no AMQP transport (activemq-amqp/proton-j jars not in the package): no AMQP 1.0 listener"
+    fi
     mkdir -p "$ACTIVEMQ_BASE/conf" "$ACTIVEMQ_BASE/data" "$ACTIVEMQ_BASE/tmp"
     local conf_src
     for conf_src in /etc/activemq/instances-available/main /usr/share/activemq/conf /etc/activemq; do
@@ -226,7 +250,7 @@ activemq_start() {
     done
     cat >"$ACTIVEMQ_BASE/conf/activemq.xml" <<EOF
 <?xml version="1.0" encoding="UTF-8"?>
-<!-- written by stompgate scripts/peers.sh: STOMP (plain and TLS) only, loopback only, no persistence. -->
+<!-- written by stompgate scripts/peers.sh: STOMP (plain and TLS) and AMQP 1.0 only, loopback only, no persistence. -->
 <beans xmlns="http://www.springframework.org/schema/beans"
        xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
        xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans.xsd
@@ -263,7 +287,7 @@ activemq_start() {
           uri="stomp+nio://127.0.0.1:$ACTIVEMQ_STOMP_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600"/>
       <transportConnector name="stomp-tls"
           uri="stomp+nio+ssl://127.0.0.1:$ACTIVEMQ_STOMP_TLS_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600"/>
-    </transportConnectors>
+$AMQP_CONNECTOR    </transportConnectors>
   </broker>
 </beans>
 EOF
@@ -274,7 +298,7 @@ EOF
     local jar="$home/bin/activemq.jar"
     [ -f "$jar" ] || jar="$(find "$home" /usr/share/java -maxdepth 2 -name 'activemq.jar' 2>/dev/null | head -1)"
     [ -n "$jar" ] && [ -f "$jar" ] || die "activemq.jar not found under $home"
-    log "starting activemq (STOMP 127.0.0.1:$ACTIVEMQ_STOMP_PORT, TLS :$ACTIVEMQ_STOMP_TLS_PORT)"
+    log "starting activemq (STOMP 127.0.0.1:$ACTIVEMQ_STOMP_PORT, TLS :$ACTIVEMQ_STOMP_TLS_PORT${AMQP_CONNECTOR:+, AMQP 1.0 :$ACTIVEMQ_AMQP_PORT})"
     ulimit -n "$(ulimit -Hn)" || true
     setsid nohup "$java" -Xms512m -Xmx2g -Djava.awt.headless=true \
         -Djava.io.tmpdir="$ACTIVEMQ_BASE/tmp" \
@@ -314,7 +338,7 @@ if [ "${1:-}" = certs ]; then # the certificates alone (a benchmark's stompgate 
     echo "$TLS_DIR"
     exit 0
 fi
-[ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$1" = port ]; } || die "usage: $0 start|stop|port rabbitmq|activemq [tcp|tls|ws], or $0 certs"
+[ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$1" = port ]; } || die "usage: $0 start|stop|port rabbitmq|activemq [tcp|tls|ws|amqp], or $0 certs"
 action="$1" peer="$2" transport="${3:-tcp}"
 case "$peer" in
 rabbitmq | activemq) ;;
@@ -329,9 +353,14 @@ port)
     rabbitmq:tcp) echo "$RABBITMQ_STOMP_PORT" ;;
     rabbitmq:tls) echo "$RABBITMQ_STOMP_TLS_PORT" ;;
     rabbitmq:ws) echo "$RABBITMQ_WEB_STOMP_PORT" ;;
+    rabbitmq:amqp) echo "$RABBITMQ_AMQP_PORT" ;;
     activemq:tcp) echo "$ACTIVEMQ_STOMP_PORT" ;;
     activemq:tls) echo "$ACTIVEMQ_STOMP_TLS_PORT" ;;
-    *) die "$peer has no STOMP listener over '$transport' here (tcp, tls; ws for rabbitmq)" ;;
+    activemq:amqp)
+        activemq_has_amqp || die "activemq has no AMQP 1.0 listener here: its package lacks the AMQP transport (activemq-amqp and proton-j jars)"
+        echo "$ACTIVEMQ_AMQP_PORT"
+        ;;
+    *) die "$peer has no listener over '$transport' here (tcp, tls, amqp; ws for rabbitmq)" ;;
     esac
     ;;
 *) die "unknown action '$action' (start, stop or port)" ;;

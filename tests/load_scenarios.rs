@@ -4,7 +4,8 @@
 //! checked is the accounting, never a speed: messages flow, nothing is lost or duplicated, the
 //! CPU figures are produced. The relay runs as its own process and is measured through
 //! `--server-pid`, exactly as compare.sh does. The same scenarios run over the gateway's
-//! WebSocket listener with `--ws`, as compare.sh's `TRANSPORTS=ws` does.
+//! WebSocket listener with `--ws`, as compare.sh's `TRANSPORTS=ws` does, and `fanout` and
+//! `queue` over the gateway's AMQP 1.0 listener with `--protocol amqp`, as amqp-bench.sh does.
 use crate::common;
 
 use common::load::{harness, report};
@@ -117,4 +118,23 @@ fn the_harness_scenarios_account_exactly_over_websocket() {
 fn the_bare_relay_baseline_serves_every_compared_scenario() {
     let relay = Relay::start();
     all_scenarios(&[], relay.port, relay.child.id());
+}
+
+/// `--protocol amqp`: fanout 1 -> 3 pre-settled on `events/<name>` and queue 2 -> 2 on
+/// `queues/<name>` (producers counted when accepted, consumers accepting every delivery),
+/// against the gateway's AMQP 1.0 listener: every window message arrives once per
+/// subscriber, none lost or duplicated, and the queue's window deliveries were all accepted.
+#[test]
+fn the_harness_amqp_scenarios_account_exactly_against_the_gateway() {
+    let server = TestServer::start_with(|c| c.amqp_addr = Some("127.0.0.1:0".parse().unwrap()));
+    let port = server.server().amqp_addr().expect("the AMQP listener is bound").port();
+    let pid = std::process::id();
+    let fanout = run(&["fanout", "--protocol", "amqp", "--subscribers", "3"], &[], port, pid);
+    assert_eq!((fanout["scenario"].as_str(), fanout["protocol"].as_str()), (Some("fanout"), Some("amqp")), "{fanout}");
+    assert_messages_flowed(&fanout, 3);
+
+    let queue = run(&["queue", "--protocol", "amqp", "--producers", "2", "--consumers", "2", "--receipt-every", "200"], &[], port, pid);
+    assert_eq!((queue["scenario"].as_str(), queue["protocol"].as_str()), (Some("queue"), Some("amqp")), "{queue}");
+    assert_messages_flowed(&queue, 1);
+    assert_eq!(n(&queue, "accepted"), n(&queue, "sent"), "every window delivery was settled accepted: {queue}");
 }

@@ -1,7 +1,10 @@
-//! `stompgate-load`: a small, CPU-frugal STOMP 1.2 load generator for stompgate and any other
-//! STOMP broker (RabbitMQ, ActiveMQ): plain std threads, blocking sockets for publishers,
-//! `poll(2)` groups for subscribers, hand-rolled framing. See `--help` for the scenarios.
+//! `stompgate-load`: a small, CPU-frugal STOMP 1.2 and AMQP 1.0 load generator for stompgate
+//! and other brokers (RabbitMQ, ActiveMQ): plain std threads, blocking sockets for publishers,
+//! `poll(2)` groups for subscribers, hand-rolled framing (AMQP: pre-encoded transfers on the
+//! crate's own codec). See `--help` for the scenarios.
 
+mod amqp;
+mod amqp_pubsub;
 mod body;
 mod conn;
 mod connect;
@@ -32,12 +35,25 @@ use crate::measure::{CpuMark, Server};
 use crate::report::Report;
 use crate::track::Window;
 
-const ABOUT: &str = "Load harness for stompgate and other STOMP 1.2 brokers.";
+const ABOUT: &str = "Load harness for stompgate and other STOMP 1.2 and AMQP 1.0 brokers.";
 
 const LONG_ABOUT: &str = "\
 Load harness for stompgate and other STOMP 1.2 brokers (CONNECT with accept-version:1.2,
 host:/, --login/--passcode, heart-beat:0,0), over plain TCP, over TLS (--tls), or over a
-WebSocket (--ws).
+WebSocket (--ws); and, with --protocol amqp, for AMQP 1.0 brokers (fanout and queue only).
+
+AMQP 1.0 (--protocol amqp, port 5672 unless --port): plain TCP, SASL PLAIN with
+--login/--passcode when the server offers it, else ANONYMOUS; one session and one link per
+connection. fanout: the publisher sends pre-settled to <--amqp-topic-prefix><name> (default
+events/<name>, stompgate's events), except that unbounded every --receipt-every-th delivery is
+sent unsettled and waited for (the RECEIPT's equivalent); each receiver attaches there
+pre-settled. queue: producers
+send unsettled to <--amqp-queue-prefix><name> (default queues/<name>) and a delivery counts
+once the server settles it accepted (any other outcome fails the run); each keeps at most
+--receipt-every deliveries unsettled; consumers receive unsettled and accept every delivery.
+Receivers grant --amqp-credit and top it up at half. Other brokers' addresses: RabbitMQ 3.x's
+amqp1_0 plugin --amqp-topic-prefix /topic/ --amqp-queue-prefix /queue/; ActiveMQ 5
+--amqp-topic-prefix topic:// --amqp-queue-prefix queue://.
 
 TLS (--tls): rustls, TLS 1.2 or 1.3, trusting only the CA certificates of --tls-ca; the
 certificate must be valid for --tls-server-name (default: --host; an IP address is matched
@@ -54,7 +70,7 @@ v11.stomp, v10.stomp, before its CONNECT (in the connect scenario the opening ha
 part of each cycle). Each write of the harness (many frames) is one binary WebSocket message;
 the server's messages are read as one byte stream. Not combined with --tls.
 
-Scenarios:
+Scenarios (STOMP; AMQP: fanout and queue, addresses above):
   fanout   1 publisher -> N subscribers on /topic/<name>
   queue    P producers -> C consumers on /queue/<name>, ack:client-individual, every message ACKed
   connect  K workers loop CONNECT/CONNECTED/DISCONNECT(+receipt); reports connections/s
@@ -103,9 +119,21 @@ struct Common {
     /// Broker host (use a loopback address).
     #[arg(long, default_value = "127.0.0.1", global = true)]
     host: String,
-    /// Broker STOMP port.
-    #[arg(long, default_value_t = 61613, global = true)]
-    port: u16,
+    /// The wire protocol: STOMP 1.2, or AMQP 1.0 (fanout and queue).
+    #[arg(long, value_enum, default_value_t = Protocol::Stomp, global = true)]
+    protocol: Protocol,
+    /// Broker port [default: 61613; 5672 with --protocol amqp].
+    #[arg(long, global = true)]
+    port: Option<u16>,
+    /// AMQP: the fanout address is this prefix + --name (RabbitMQ 3.x: /topic/, ActiveMQ: topic://).
+    #[arg(long, default_value = "events/", global = true, value_name = "PREFIX")]
+    amqp_topic_prefix: String,
+    /// AMQP: the queue address is this prefix + --name (RabbitMQ 3.x: /queue/, ActiveMQ: queue://).
+    #[arg(long, default_value = "queues/", global = true, value_name = "PREFIX")]
+    amqp_queue_prefix: String,
+    /// AMQP: link credit each receiver grants, topped up when half is used.
+    #[arg(long, default_value_t = 10_000, global = true, value_parser = clap::value_parser!(u32).range(1..))]
+    amqp_credit: u32,
     /// CONNECT `login` header of every connection.
     #[arg(long, default_value = "guest", global = true)]
     login: String,
@@ -151,11 +179,12 @@ struct Common {
     /// requests per second over all requesters; 0 = closed loop.
     #[arg(long, default_value_t = 0.0, global = true)]
     rate: f64,
-    /// Unbounded publishing: wait for a RECEIPT every K messages.
+    /// Unbounded publishing: wait for a RECEIPT every K messages (AMQP: fanout waits for the
+    /// settlement of every K-th delivery; queue keeps at most K unsettled per producer).
     #[arg(long, default_value_t = 1000, global = true, value_parser = clap::value_parser!(u64).range(1..))]
     receipt_every: u64,
-    /// Destination name under /topic/ or /queue/ (rpc: the channel under /command/ or /query/)
-    /// [default: load-<pid>].
+    /// Destination name under /topic/ or /queue/ (rpc: the channel under /command/ or /query/;
+    /// AMQP: after the address prefix) [default: load-<pid>].
     #[arg(long, global = true)]
     name: Option<String>,
     /// Server process to sample (/proc/PID/stat CPU, /proc/PID/status VmRSS).
@@ -170,6 +199,21 @@ struct Common {
     /// No per-second progress lines.
     #[arg(long, short, global = true)]
     quiet: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Protocol {
+    Stomp,
+    Amqp,
+}
+
+impl Protocol {
+    fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Stomp => "stomp",
+            Protocol::Amqp => "amqp",
+        }
+    }
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -389,10 +433,20 @@ fn params(c: &Common, scenario: &Scenario) -> Map<String, Value> {
     if matches!(scenario, Scenario::Fanout { .. } | Scenario::Queue { .. } | Scenario::Rpc { .. }) {
         put("payload", json!(c.payload));
         put("rate", json!(c.rate));
-        if !matches!(scenario, Scenario::Rpc { .. }) {
+        // AMQP fan-out is pre-settled: nothing is waited for.
+        let amqp_fanout = c.protocol == Protocol::Amqp && matches!(scenario, Scenario::Fanout { .. });
+        if !matches!(scenario, Scenario::Rpc { .. }) && !amqp_fanout {
             put("receipt_every", json!(c.receipt_every));
         }
         put("drain_s", json!(c.drain_s));
+    }
+    if c.protocol == Protocol::Amqp {
+        put("protocol", json!("amqp"));
+        put("amqp_credit", json!(c.amqp_credit));
+        match scenario {
+            Scenario::Fanout { .. } => put("address", json!(format!("{}<name>", c.amqp_topic_prefix))),
+            _ => put("address", json!(format!("{}<name>", c.amqp_queue_prefix))),
+        }
     }
     put("duration_s", json!(c.duration_s));
     put("warmup_s", json!(c.warmup_s));
@@ -434,8 +488,20 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
     if c.duration_s.is_nan() || c.duration_s <= 0.0 || c.warmup_s < 0.0 || c.drain_s < 0.0 || c.rate < 0.0 {
         return Err(LoadError::Setup("--duration-s must be > 0; --warmup-s, --drain-s and --rate must be >= 0".into()));
     }
+    if c.protocol == Protocol::Amqp {
+        if c.tls || c.ws {
+            return Err(LoadError::Setup("--protocol amqp runs over plain TCP only (no --tls, no --ws)".into()));
+        }
+        if !matches!(cli.scenario, Scenario::Fanout { .. } | Scenario::Queue { .. }) {
+            return Err(LoadError::Setup("--protocol amqp has the fanout and queue scenarios only".into()));
+        }
+    }
+    let port = c.port.unwrap_or(match c.protocol {
+        Protocol::Stomp => 61613,
+        Protocol::Amqp => 5672,
+    });
     let nofile = measure::raise_nofile();
-    let mut target = Target::resolve(&c.host, c.port, &c.login, &passcode(c)?, tls_client(c)?)?;
+    let mut target = Target::resolve(&c.host, port, &c.login, &passcode(c)?, tls_client(c)?)?;
     if c.ws {
         target.ws = Some(ws::WsClient { path: c.ws_path.clone() });
     }
@@ -445,6 +511,32 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
     }
     let name = c.name.clone().unwrap_or_else(|| format!("load-{}", std::process::id()));
     let mut report = match &cli.scenario {
+        Scenario::Fanout { subscribers, threads } if c.protocol == Protocol::Amqp => amqp_pubsub::run(
+            &amqp_pubsub::Plan {
+                mode: receive::Mode::Topic,
+                address: format!("{}{name}", c.amqp_topic_prefix),
+                publishers: 1,
+                receivers: *subscribers as usize,
+                threads: *threads as usize,
+                credit: c.amqp_credit,
+            },
+            c,
+            &target,
+            server,
+        )?,
+        Scenario::Queue { producers, consumers, threads } if c.protocol == Protocol::Amqp => amqp_pubsub::run(
+            &amqp_pubsub::Plan {
+                mode: receive::Mode::Queue,
+                address: format!("{}{name}", c.amqp_queue_prefix),
+                publishers: *producers as usize,
+                receivers: *consumers as usize,
+                threads: *threads as usize,
+                credit: c.amqp_credit,
+            },
+            c,
+            &target,
+            server,
+        )?,
         Scenario::Fanout { subscribers, threads } => pubsub::run(
             &pubsub::Plan {
                 mode: receive::Mode::Topic,
@@ -486,6 +578,7 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
         )?,
     };
     report.label = c.label.clone();
+    report.protocol = c.protocol.as_str();
     report.tls = tls::negotiated();
     report.target = target.addr.to_string();
     report.params = params(c, &cli.scenario);

@@ -82,27 +82,8 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
         watch.run_until(shared, shared.window.end_ns, || false);
         let published: Result<Vec<Published>, LoadError> = publisher_threads.into_iter().map(|h| h.join().expect("publisher thread panicked")).collect();
 
-        // Drain: until every window message is in, or no progress for --drain-s.
         if let Ok(p) = &published {
-            let copies = match plan.mode {
-                Mode::Topic => plan.receivers as u64,
-                Mode::Queue => 1,
-            };
-            let expected: u64 = p.iter().map(Published::window_sent).sum::<u64>() * copies;
-            let give_up = now_ns() + MAX_DRAIN_NS;
-            let mut last = shared.window_distinct.load(Ordering::Relaxed);
-            let mut idle_until = now_ns() + secs_ns(c.drain_s);
-            while now_ns() < idle_until.min(give_up) && !shared.failed.load(Ordering::Relaxed) {
-                watch.run_until(shared, (now_ns() + 100_000_000).min(idle_until), || shared.window_distinct.load(Ordering::Relaxed) >= expected);
-                let got = shared.window_distinct.load(Ordering::Relaxed);
-                if got >= expected {
-                    break;
-                }
-                if got > last {
-                    last = got;
-                    idle_until = now_ns() + secs_ns(c.drain_s);
-                }
-            }
+            drain(plan.mode, plan.receivers, p, c, shared, &mut watch);
         }
         shared.stop.store(true, Ordering::Relaxed);
         let received: Result<Vec<receive::Received>, LoadError> = receiver_threads.into_iter().map(|h| h.join().expect("receiver thread panicked")).collect();
@@ -112,7 +93,6 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
     let received = received?;
     let (harness_cpu_s, server_cpu_s) = watch.window_cpu();
 
-    let mut latency = latency_histogram();
     let mut report = Report {
         scenario: match plan.mode {
             Mode::Topic => "fanout",
@@ -124,6 +104,39 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
         server_cpu_s,
         ..Report::default()
     };
+    account(&mut report, plan.mode, plan.publishers, &published, received);
+    Ok(report)
+}
+
+/// After the window: receivers keep receiving until every window message is in (once per
+/// receiver in topic mode), or nothing new came for `--drain-s` (at most [`MAX_DRAIN_NS`]).
+pub fn drain(mode: Mode, receivers: usize, published: &[Published], c: &Common, shared: &Shared, watch: &mut Watch) {
+    let copies = match mode {
+        Mode::Topic => receivers as u64,
+        Mode::Queue => 1,
+    };
+    let expected: u64 = published.iter().map(Published::window_sent).sum::<u64>() * copies;
+    let give_up = now_ns() + MAX_DRAIN_NS;
+    let mut last = shared.window_distinct.load(Ordering::Relaxed);
+    let mut idle_until = now_ns() + secs_ns(c.drain_s);
+    while now_ns() < idle_until.min(give_up) && !shared.failed.load(Ordering::Relaxed) {
+        watch.run_until(shared, (now_ns() + 100_000_000).min(idle_until), || shared.window_distinct.load(Ordering::Relaxed) >= expected);
+        let got = shared.window_distinct.load(Ordering::Relaxed);
+        if got >= expected {
+            break;
+        }
+        if got > last {
+            last = got;
+            idle_until = now_ns() + secs_ns(c.drain_s);
+        }
+    }
+}
+
+/// Fills `report`'s message figures from what the publishers sent and the receiver groups
+/// saw: delivered, latency, lost (per subscriber in topic mode, once over all consumers in
+/// queue mode), duplicated, out-of-order, foreign.
+pub fn account(report: &mut Report, mode: Mode, publishers: usize, published: &[Published], received: Vec<receive::Received>) {
+    let mut latency = latency_histogram();
     let (mut delivered, mut ooo, mut foreign) = (0, 0, 0);
     let mut slots: Vec<Vec<Seen>> = Vec::new();
     for r in received {
@@ -133,9 +146,9 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
         foreign += r.foreign;
         slots.extend(r.seen);
     }
-    if plan.mode == Mode::Queue {
+    if mode == Mode::Queue {
         // One exactly-once ledger for all consumers.
-        let mut merged = vec![Seen::default(); plan.publishers];
+        let mut merged = vec![Seen::default(); publishers];
         for slot in &slots {
             for (m, s) in merged.iter_mut().zip(slot) {
                 m.merge(s);
@@ -145,7 +158,7 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
     }
     let (mut lost, mut dup) = (0, 0);
     for slot in &mut slots {
-        for (seen, p) in slot.iter_mut().zip(&published) {
+        for (seen, p) in slot.iter_mut().zip(published) {
             seen.recount_window(p.first_window_seq, p.end_seq);
             lost += p.window_sent() - seen.distinct;
             dup += seen.received - seen.distinct;
@@ -158,5 +171,4 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
     report.duplicated = Some(dup);
     report.out_of_order = Some(ooo);
     report.foreign = Some(foreign);
-    Ok(report)
 }

@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 
 use crate::body::{self, now_ns};
 use crate::conn::{proto, unexpected, Conn, LoadError};
-use crate::track::{latency_histogram, Order, Seen};
+use crate::track::{latency_histogram, Order, Seen, Window};
 use crate::Shared;
 
 /// How delivered messages are accounted.
@@ -31,17 +31,28 @@ const POLL_MS: i32 = 50;
 /// A read shorter than this is taken to have emptied the socket, saving the `EAGAIN` read.
 const SHORT_READ: usize = 64 * 1024;
 
-pub struct Receiver {
-    pub conn: Conn,
+/// One receiving connection's own accounting, whatever its protocol.
+pub struct Ledger {
     /// Per publisher, for reordering (always per connection).
     order: Vec<Order>,
     /// Per publisher; used in topic mode only.
     seen: Vec<Seen>,
 }
 
+impl Ledger {
+    pub fn new(publishers: usize) -> Ledger {
+        Ledger { order: vec![Order::default(); publishers], seen: vec![Seen::default(); publishers] }
+    }
+}
+
+pub struct Receiver {
+    pub conn: Conn,
+    ledger: Ledger,
+}
+
 impl Receiver {
     pub fn new(conn: Conn, publishers: usize) -> Receiver {
-        Receiver { conn, order: vec![Order::default(); publishers], seen: vec![Seen::default(); publishers] }
+        Receiver { conn, ledger: Ledger::new(publishers) }
     }
 }
 
@@ -57,7 +68,9 @@ pub struct Received {
     pub foreign: u64,
 }
 
-struct Group {
+/// A receiver group's accounting of the stamped bodies its connections receive (STOMP
+/// MESSAGEs here, AMQP deliveries in `amqp_pubsub.rs`).
+pub struct Tally {
     mode: Mode,
     latency: Histogram<u64>,
     /// Queue mode: per publisher, shared by the group's consumers.
@@ -69,61 +82,104 @@ struct Group {
     unreported_window: u64,
 }
 
-impl Group {
-    /// Processes every complete frame buffered on `r`, stamping arrivals with `now`.
-    fn consume(&mut self, r: &mut Receiver, now: u64, shared: &Shared) -> Result<(), LoadError> {
-        let window = shared.window;
-        let conn = &mut r.conn;
-        while let Some(f) = conn.rd.next_frame().map_err(|e| proto("on a subscriber connection", &e))? {
-            if !f.is(b"MESSAGE") {
-                if f.is(b"RECEIPT") {
-                    continue;
-                }
-                return Err(unexpected("on a subscriber connection", &f));
-            }
-            if self.mode == Mode::Queue {
-                let w = &mut conn.wr;
-                if let Some(ack) = f.header(b"ack") {
-                    w.extend_from_slice(b"ACK\nid:");
-                    w.extend_from_slice(ack);
-                } else {
-                    // STOMP 1.1 servers: message-id + subscription.
-                    w.extend_from_slice(b"ACK\nsubscription:");
-                    w.extend_from_slice(f.header(b"subscription").unwrap_or(b""));
-                    w.extend_from_slice(b"\nmessage-id:");
-                    w.extend_from_slice(f.header(b"message-id").unwrap_or(b""));
-                }
-                w.extend_from_slice(b"\n\n\0");
-            }
-            let Some(st) = body::read(f.body) else {
-                self.foreign += 1;
-                continue;
-            };
-            let p = st.publisher as usize;
-            if p >= r.order.len() {
-                self.foreign += 1;
-                continue;
-            }
-            let in_window = window.contains(st.sent_ns);
-            let seen = match self.mode {
-                Mode::Topic => &mut r.seen[p],
-                Mode::Queue => &mut self.queue_seen[p],
-            };
-            if !seen.record(st.seq, in_window) {
-                continue; // duplicate: counted by `Seen`
-            }
-            r.order[p].record(st.seq, in_window);
-            self.unreported += 1;
-            if in_window {
-                self.unreported_window += 1;
-                let _ = self.latency.record(now.saturating_sub(st.sent_ns).max(1));
-                if now < window.end_ns {
-                    self.delivered_in_window += 1;
-                }
+impl Tally {
+    pub fn new(mode: Mode, publishers: usize) -> Tally {
+        Tally {
+            mode,
+            latency: latency_histogram(),
+            queue_seen: vec![Seen::default(); publishers],
+            delivered_in_window: 0,
+            foreign: 0,
+            unreported: 0,
+            unreported_window: 0,
+        }
+    }
+
+    /// Accounts one body that arrived at `now` on the connection whose ledger is `l`.
+    pub fn arrived(&mut self, l: &mut Ledger, body: &[u8], now: u64, window: Window) {
+        let Some(st) = body::read(body) else {
+            self.foreign += 1;
+            return;
+        };
+        let p = st.publisher as usize;
+        if p >= l.order.len() {
+            self.foreign += 1;
+            return;
+        }
+        let in_window = window.contains(st.sent_ns);
+        let seen = match self.mode {
+            Mode::Topic => &mut l.seen[p],
+            Mode::Queue => &mut self.queue_seen[p],
+        };
+        if !seen.record(st.seq, in_window) {
+            return; // duplicate: counted by `Seen`
+        }
+        l.order[p].record(st.seq, in_window);
+        self.unreported += 1;
+        if in_window {
+            self.unreported_window += 1;
+            let _ = self.latency.record(now.saturating_sub(st.sent_ns).max(1));
+            if now < window.end_ns {
+                self.delivered_in_window += 1;
             }
         }
-        Ok(())
     }
+
+    /// Adds what arrived since the last call to the run's progress counters.
+    pub fn publish_progress(&mut self, shared: &Shared) {
+        if self.unreported > 0 {
+            shared.received.fetch_add(self.unreported, Ordering::Relaxed);
+            shared.window_distinct.fetch_add(self.unreported_window, Ordering::Relaxed);
+            self.unreported = 0;
+            self.unreported_window = 0;
+        }
+    }
+
+    /// The group's result, with its connections' ledgers.
+    pub fn finish(self, ledgers: impl IntoIterator<Item = Ledger>) -> Received {
+        let mut out =
+            Received { latency: self.latency, seen: Vec::new(), delivered_in_window: self.delivered_in_window, out_of_order: 0, foreign: self.foreign };
+        if self.mode == Mode::Queue {
+            out.seen.push(self.queue_seen);
+        }
+        for mut l in ledgers {
+            out.out_of_order += l.order.iter().map(|o| o.out_of_order).sum::<u64>();
+            if self.mode == Mode::Topic {
+                out.seen.push(std::mem::take(&mut l.seen));
+            }
+        }
+        out
+    }
+}
+
+/// Processes every complete frame buffered on `r`, stamping arrivals with `now`.
+fn consume(g: &mut Tally, r: &mut Receiver, now: u64, shared: &Shared) -> Result<(), LoadError> {
+    let window = shared.window;
+    let conn = &mut r.conn;
+    while let Some(f) = conn.rd.next_frame().map_err(|e| proto("on a subscriber connection", &e))? {
+        if !f.is(b"MESSAGE") {
+            if f.is(b"RECEIPT") {
+                continue;
+            }
+            return Err(unexpected("on a subscriber connection", &f));
+        }
+        if g.mode == Mode::Queue {
+            let w = &mut conn.wr;
+            if let Some(ack) = f.header(b"ack") {
+                w.extend_from_slice(b"ACK\nid:");
+                w.extend_from_slice(ack);
+            } else {
+                // STOMP 1.1 servers: message-id + subscription.
+                w.extend_from_slice(b"ACK\nsubscription:");
+                w.extend_from_slice(f.header(b"subscription").unwrap_or(b""));
+                w.extend_from_slice(b"\nmessage-id:");
+                w.extend_from_slice(f.header(b"message-id").unwrap_or(b""));
+            }
+            w.extend_from_slice(b"\n\n\0");
+        }
+        g.arrived(&mut r.ledger, f.body, now, window);
+    }
+    Ok(())
 }
 
 /// Drives `receivers` until `shared.stop`, then disconnects them.
@@ -134,15 +190,7 @@ pub fn run(mut receivers: Vec<Receiver>, mode: Mode, publishers: usize, shared: 
     for r in &mut receivers {
         r.conn.set_nonblocking(true)?;
     }
-    let mut g = Group {
-        mode,
-        latency: latency_histogram(),
-        queue_seen: vec![Seen::default(); publishers],
-        delivered_in_window: 0,
-        foreign: 0,
-        unreported: 0,
-        unreported_window: 0,
-    };
+    let mut g = Tally::new(mode, publishers);
     let mut fds: Vec<libc::pollfd> = receivers.iter().map(|r| libc::pollfd { fd: r.conn.fd(), events: 0, revents: 0 }).collect();
     while !shared.stop.load(Ordering::Relaxed) {
         if !crate::conn::poll_conns(&mut fds, receivers.iter().map(|r| &r.conn), POLL_MS)? {
@@ -157,11 +205,11 @@ pub fn run(mut receivers: Vec<Receiver>, mode: Mode, publishers: usize, shared: 
                     match r.conn.read_some() {
                         Ok(Some(0)) => {
                             // Frames already buffered may say why (an ERROR).
-                            g.consume(r, now_ns(), shared)?;
+                            consume(&mut g, r, now_ns(), shared)?;
                             return Err(crate::conn::eof("on a subscriber connection"));
                         }
                         Ok(Some(n)) => {
-                            g.consume(r, now_ns(), shared)?;
+                            consume(&mut g, r, now_ns(), shared)?;
                             if n < SHORT_READ && !r.conn.has_buffered_input() {
                                 break; // most likely drained: let poll say when there is more
                             }
@@ -173,23 +221,12 @@ pub fn run(mut receivers: Vec<Receiver>, mode: Mode, publishers: usize, shared: 
             }
             r.conn.flush_some().map_err(|e| LoadError::io("sending ACKs", e))?;
         }
-        if g.unreported > 0 {
-            shared.received.fetch_add(g.unreported, Ordering::Relaxed);
-            shared.window_distinct.fetch_add(g.unreported_window, Ordering::Relaxed);
-            g.unreported = 0;
-            g.unreported_window = 0;
-        }
+        g.publish_progress(shared);
     }
-    let mut out = Received { latency: g.latency, seen: Vec::new(), delivered_in_window: g.delivered_in_window, out_of_order: 0, foreign: g.foreign };
-    if mode == Mode::Queue {
-        out.seen.push(g.queue_seen);
-    }
-    for mut r in receivers {
-        out.out_of_order += r.order.iter().map(|o| o.out_of_order).sum::<u64>();
-        if mode == Mode::Topic {
-            out.seen.push(std::mem::take(&mut r.seen));
-        }
+    let mut ledgers = Vec::with_capacity(receivers.len());
+    for r in receivers {
+        ledgers.push(r.ledger);
         r.conn.disconnect(std::time::Duration::from_secs(5))?;
     }
-    Ok(out)
+    Ok(g.finish(ledgers))
 }

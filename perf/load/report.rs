@@ -12,6 +12,8 @@ use crate::track::Latency;
 #[derive(Debug, Default)]
 pub struct Report {
     pub scenario: &'static str,
+    /// `stomp` or `amqp`.
+    pub protocol: &'static str,
     pub label: String,
     pub target: String,
     pub stomp_version: String,
@@ -28,6 +30,8 @@ pub struct Report {
     pub latency: Option<Latency>,
     pub lost: Option<u64>,
     pub duplicated: Option<u64>,
+    /// AMQP queue: window deliveries the server settled `accepted` (the receipt's equivalent).
+    pub accepted: Option<u64>,
     pub out_of_order: Option<u64>,
     /// Stamped messages from outside this run (a leftover queue) that were ignored.
     pub foreign: Option<u64>,
@@ -102,6 +106,7 @@ impl Report {
         let lat = self.latency;
         json!({
             "scenario": self.scenario,
+            "protocol": self.protocol,
             "label": self.label,
             "target": self.target,
             "stomp_version": self.stomp_version,
@@ -119,6 +124,7 @@ impl Report {
             "max_us": r1(lat.map(|l| l.max_us)),
             "lost": self.lost,
             "duplicated": self.duplicated,
+            "accepted": self.accepted,
             "out_of_order": self.out_of_order,
             "foreign": self.foreign,
             "connections": self.connections,
@@ -143,7 +149,8 @@ impl Report {
         let mut s = String::new();
         let label = if self.label.is_empty() { String::new() } else { format!(" [{}]", self.label) };
         let tls = self.tls.as_ref().map_or_else(String::new, |t| format!(" over {t}"));
-        let _ = writeln!(s, "stompgate-load {}{label}: {} (STOMP {}{tls}), {:.1} s window", self.scenario, self.target, self.stomp_version, self.window_s);
+        let proto = if self.protocol == "amqp" { "AMQP 1.0".to_owned() } else { format!("STOMP {}", self.stomp_version) };
+        let _ = writeln!(s, "stompgate-load {}{label}: {} ({proto}{tls}), {:.1} s window", self.scenario, self.target, self.window_s);
         let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(s, "  params      {}", params.join(" "));
         if let (Some(sent), Some(done)) = (self.sent, self.completed) {
@@ -168,6 +175,9 @@ impl Report {
                 "  latency     p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us ({} samples)",
                 l.p50_us, l.p99_us, l.p999_us, l.max_us, l.count
             );
+        }
+        if let Some(a) = self.accepted {
+            let _ = writeln!(s, "  accepted    {a} (settled accepted by the server)");
         }
         if let Some(lost) = self.lost {
             let _ = writeln!(
