@@ -11,7 +11,7 @@
 #   DURATION_S=10 WARMUP_S=2    measured window and warm-up per scenario run
 #   IDLE_CONNECTIONS=5000       connections held by the idle scenario
 #   STOMPGATE_PORT=61613        stompgate's STOMP port (peers: see scripts/peers.sh)
-#   STOMPGATE_ARGS=""           extra flags for stompgate (it always gets --cores 2 --store-dir off)
+#   STOMPGATE_ARGS=""           extra flags for stompgate (it gets --cores 2, and --store-dir off unless these name a --store-dir)
 #   CASES="fanout fanout-rate2k queue connect idle"   scenarios to run (a subset for a quick look;
 #                               fanout-rate50k, not in the default, runs fanout 1->4 at 50,000/s
 #                               against stompgate and the relay only: it is beyond both peers'
@@ -127,8 +127,11 @@ if wants tls; then
 fi
 if wants ws; then SG_LISTEN+=(--ws-addr "127.0.0.1:$((STOMPGATE_PORT + 2))"); else SG_LISTEN+=(--ws-addr off); fi
 # shellcheck disable=SC2086
-# The in-memory array (the peers run without persistence too): --store-dir off.
-"$ROOT/target/release/stompgate" "${SG_LISTEN[@]}" --grpc-addr off --amqp-addr off --store-dir off --cores 2 $STOMPGATE_ARGS \
+# The in-memory array (the peers run without persistence too): --store-dir off, unless
+# STOMPGATE_ARGS names a store (a persistent run).
+STORE_OFF="--store-dir off"
+case " $STOMPGATE_ARGS " in *" --store-dir"*) STORE_OFF="" ;; esac
+"$ROOT/target/release/stompgate" "${SG_LISTEN[@]}" --grpc-addr off --amqp-addr off $STORE_OFF --cores 2 $STOMPGATE_ARGS \
     >"$PEERS_DIR/stompgate.log" 2>&1 &
 SG_PID=$!
 for _ in $(seq 1 100); do stomp_ready "$STOMPGATE_PORT" && break; sleep 0.1; done
