@@ -60,10 +60,11 @@ pub mod env {
     /// KubeMQ's store limits are per channel (`STORE_MAX_QUEUE_SIZE`, mapped to
     /// `--queue-max-bytes`); a cap on the whole store is ours.
     pub const STORE_MAX_BYTES: &str = "STOMPGATE_STORE_MAX_BYTES";
+    pub const STORE_CACHE_MB: &str = "STOMPGATE_STORE_CACHE_MB";
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 56] = [
+pub const TOML_KEYS: [&str; 57] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -106,6 +107,7 @@ pub const TOML_KEYS: [&str; 56] = [
     "store_sync",
     "store_sync_interval_us",
     "store_max_bytes",
+    "store_cache_mb",
     "amqp_addr",
     "amqp_max_frame_size",
     "amqp_max_message_size",
