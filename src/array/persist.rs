@@ -610,7 +610,7 @@ pub fn read_back(dir: &Path, requests: Vec<ReadRequest>) -> Vec<(ReadRequest, Re
 }
 
 /// The message of `req` decoded from its record's bytes `buf`.
-fn message_in(req: &ReadRequest, buf: &[u8]) -> Result<Arc<Message>, ReadError> {
+pub fn message_in(req: &ReadRequest, buf: &[u8]) -> Result<Arc<Message>, ReadError> {
     let at = req.loc.position();
     let corrupt = |what: String| ReadError::Corrupt(format!("segment {} offset {}: {what}", at.segment.0, at.offset));
     match record::decode(buf) {

@@ -255,7 +255,7 @@ impl QueueChannel {
 
     /// Appends to `ready`, growing the read-ahead window when it reaches the tail.
     fn push_back(&mut self, entry: Entry) {
-        if self.ahead == self.ready.len() && !matches!(entry.body, Body::Disk(_)) {
+        if self.ahead == self.ready.len() && self.ahead < READ_AHEAD_MESSAGES && self.ahead_bytes < READ_AHEAD_BYTES && !matches!(entry.body, Body::Disk(_)) {
             self.ahead += 1;
             self.ahead_bytes += entry.body_len();
         }
@@ -285,9 +285,13 @@ impl QueueChannel {
         std::mem::take(&mut self.ready)
     }
 
-    /// Extends the read-ahead window to its size, asking for the read of every entry in it
-    /// whose content is on disk.
+    /// Extends the read-ahead window of a consumed queue to its size, asking for the read of
+    /// every entry in it whose content is on disk.
     fn read_ahead(&mut self, name: &Channel, reads: &mut Vec<ReadRequest>) {
+        if self.consumers.is_empty() && self.waiters.is_empty() {
+            // Nobody to deliver to: nothing is read (and `evict` keeps no window here).
+            return;
+        }
         while self.ahead < self.ready.len() && self.ahead < READ_AHEAD_MESSAGES && (self.ahead == 0 || self.ahead_bytes < READ_AHEAD_BYTES) {
             let entry = &mut self.ready[self.ahead];
             if let Body::Disk(loc) = entry.body {
@@ -300,15 +304,20 @@ impl QueueChannel {
     }
 
     /// Drops the content of the entries `run` names (written at `segment`, `base` + their
-    /// offset) while `cache` is over budget: newest first, never inside the read-ahead window.
+    /// offset) while `cache` is over budget: newest first, never inside the read-ahead window
+    /// of a queue someone consumes (one nobody consumes keeps no window: a thousand idle
+    /// queues must not hold a thousand windows).
     fn evict(&mut self, run: &[Placement], segment: SegmentId, base: u64, cache: &mut CacheStats) {
+        let consumed = !self.consumers.is_empty() || !self.waiters.is_empty();
+        let keep = if consumed { self.ahead } else { 0 };
         // The run's messages were appended during the last commit interval: they sit at the
         // tail, behind at most the NACKed and due-delayed entries appended since.
         let mut left = run.len();
-        let lowest = self.ahead.max(self.ready.len().saturating_sub(run.len() + EVICT_SCAN_SLACK));
+        let lowest = keep.max(self.ready.len().saturating_sub(run.len() + EVICT_SCAN_SLACK));
+        let mut first_evicted = usize::MAX;
         for i in (lowest..self.ready.len()).rev() {
             if left == 0 || cache.resident <= cache.budget {
-                return;
+                break;
             }
             let entry = &mut self.ready[i];
             let Ok(k) = run.binary_search_by_key(&entry.seq, |p| p.seq) else { continue };
@@ -319,6 +328,11 @@ impl QueueChannel {
             cache.resident = cache.resident.saturating_sub(loc.body_len as usize);
             cache.evicted += 1;
             entry.body = Body::Disk(loc);
+            first_evicted = i;
+        }
+        if first_evicted < self.ahead {
+            self.ahead = first_evicted;
+            self.ahead_bytes = self.ready.iter().take(first_evicted).map(Entry::body_len).sum();
         }
     }
 
@@ -445,8 +459,9 @@ impl Queues {
         }
         for (name, mut results) in by_channel {
             let Some(ch) = self.channels.get_mut(&name) else { continue };
-            let mut i = 0;
-            while i < ch.ahead.min(ch.ready.len()) && !results.is_empty() {
+            let (mut i, mut end) = (0, ch.ahead.min(ch.ready.len()));
+            let mut first_failed = usize::MAX;
+            while i < end && !results.is_empty() {
                 if !matches!(ch.ready[i].body, Body::Reading(_)) {
                     i += 1;
                     continue;
@@ -468,13 +483,13 @@ impl Queues {
                         if let Body::Reading(loc) = entry.body {
                             entry.body = Body::Disk(loc);
                         }
-                        // The window now ends before it: the next read-ahead asks again.
-                        ch.ahead = i;
-                        ch.ahead_bytes = ch.ready.iter().take(i).map(Entry::body_len).sum();
+                        first_failed = first_failed.min(i);
+                        i += 1;
                     }
                     Err(ReadError::Corrupt(why)) => {
                         tracing::error!(queue = %name, seq = entry.seq, error = %why, "a queued message's record is unreadable: the message is lost");
                         let entry = ch.ready.remove(i).expect("index checked");
+                        end -= 1;
                         ch.ahead -= 1;
                         ch.ahead_bytes = ch.ahead_bytes.saturating_sub(entry.body_len());
                         ch.gone(&entry, &mut self.cache);
@@ -482,6 +497,11 @@ impl Queues {
                         self.cache.unreadable += 1;
                     }
                 }
+            }
+            if first_failed < ch.ahead {
+                // The window now ends before it: the next read-ahead asks again.
+                ch.ahead = first_failed;
+                ch.ahead_bytes = ch.ready.iter().take(first_failed).map(Entry::body_len).sum();
             }
             self.pump(&name, now, out);
         }
@@ -1335,5 +1355,147 @@ mod tests {
         q.send(msg("d"), None, Some(ticket(4)), now, &mut out);
         let (done, full) = answers(&mut out);
         assert!(full.is_empty() && done == [3, 4], "done {done:?} refused {full:?}");
+    }
+
+    /// A queue with a journal and a cache budget of `budget` bytes, and the log its journal
+    /// writes to: one segment in memory, grown by [`Disk::commit`].
+    struct Disk {
+        segment: Vec<u8>,
+        batch: Vec<u8>,
+        placements: Vec<Placement>,
+    }
+
+    impl Disk {
+        fn new() -> Disk {
+            Disk { segment: Vec::new(), batch: Vec::new(), placements: Vec::new() }
+        }
+
+        /// Writes what `q` journaled and tells it where (what the core's commit does).
+        fn commit(&mut self, q: &mut Queues) {
+            q.journal.take(&mut self.batch);
+            q.journal.take_placements(0, &mut self.placements);
+            let base = self.segment.len() as u64;
+            self.segment.extend_from_slice(&self.batch);
+            q.placed(SegmentId(1), base, &self.placements);
+        }
+
+        /// Serves every read `q` asks for (what the core's read task does); how many.
+        fn serve(&self, q: &mut Queues, now: Instant, out: &mut Outbox) -> usize {
+            let mut reqs = Vec::new();
+            q.take_reads(usize::MAX, &mut reqs);
+            let n = reqs.len();
+            let results = reqs
+                .into_iter()
+                .map(|r| {
+                    let at = r.loc.offset as usize;
+                    let msg = crate::array::persist::message_in(&r, &self.segment[at..at + r.loc.len as usize]);
+                    (r, msg)
+                })
+                .collect();
+            q.loaded(results, now, out);
+            n
+        }
+    }
+
+    fn body(i: usize) -> Arc<Message> {
+        msg(&format!("{i:06}{}", "x".repeat(994)))
+    }
+
+    #[test]
+    fn a_backlog_over_the_cache_keeps_index_entries_and_drains_in_order_through_the_read_ahead() {
+        let budget = 64 << 10;
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30)).with_journal();
+        q.set_cache_budget(budget);
+        let mut disk = Disk::new();
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        let n = 5000;
+        for i in 0..n {
+            q.send(body(i), None, None, now, &mut out);
+            if i % 100 == 99 {
+                disk.commit(&mut q);
+            }
+        }
+        disk.commit(&mut q);
+        let cache = q.cache();
+        assert!(cache.resident <= budget, "nobody consumes: no read-ahead window is kept {cache:?}");
+        assert!(cache.evicted as usize >= n - budget / 1000, "{cache:?}");
+        assert!(!q.has_reads(), "nobody consumes: nothing is read back");
+        // A consumer: what is loaded goes at once, the rest as the reads come back, in order.
+        q.subscribe(ch(), sub(0, 1), 50, now, &mut out);
+        let mut got = Vec::new();
+        let mut reads = 0;
+        let mut peak = 0;
+        loop {
+            let d = deliveries(&mut out);
+            if d.is_empty() && !q.has_reads() {
+                break;
+            }
+            for (_, tag, b, redelivered) in d {
+                assert!(!redelivered);
+                got.push(b[..6].parse::<usize>().unwrap());
+                q.settle(&ch(), sub(0, 1), &[tag], &Settle::Ack, now, &mut out);
+            }
+            reads += disk.serve(&mut q, now, &mut out);
+            peak = peak.max(q.cache().resident);
+        }
+        assert_eq!(got, (0..n).collect::<Vec<_>>(), "complete and in order");
+        assert_eq!(reads as u64, q.cache().loaded);
+        assert_eq!(q.cache().loaded, q.cache().evicted, "every evicted message was read back once");
+        assert!(peak <= budget + READ_AHEAD_BYTES + 50 * 1000, "memory stays bounded: {peak}");
+        assert_eq!(q.cache().resident, 0);
+        assert_eq!(q.journal.live_messages(), 0, "everything settled");
+    }
+
+    #[test]
+    fn messages_on_disk_expire_purge_and_survive_bad_reads() {
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30)).with_journal();
+        q.set_cache_budget(0);
+        let mut disk = Disk::new();
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        let expired = || Some(Box::new(QueueMeta { expires_at_ns: now_unix_ns() + 200_000_000, ..Default::default() }));
+        q.send(body(0), expired(), None, now, &mut out);
+        for i in 1..4 {
+            q.send(body(i), None, None, now, &mut out);
+        }
+        disk.commit(&mut q);
+        assert_eq!(q.cache().evicted, 4);
+        std::thread::sleep(Duration::from_millis(250));
+        // The expired head goes without being read; the next ones are asked for.
+        q.subscribe(ch(), sub(0, 1), 10, now, &mut out);
+        assert!(out.is_empty());
+        let mut reqs = Vec::new();
+        q.take_reads(usize::MAX, &mut reqs);
+        assert_eq!(reqs.iter().map(|r| r.seq).collect::<Vec<_>>(), [2, 3, 4]);
+        // A failed read is asked for again; an unreadable record loses its message (logged
+        // as gone, so it does not come back either); the rest is delivered.
+        let io = || ReadError::Io(std::io::Error::other("test"));
+        let good = |r: &ReadRequest| {
+            let at = r.loc.offset as usize;
+            crate::array::persist::message_in(r, &disk.segment[at..at + r.loc.len as usize])
+        };
+        let results = vec![(reqs[0].clone(), Err(io())), (reqs[1].clone(), Err(ReadError::Corrupt("test".into()))), (reqs[2].clone(), good(&reqs[2]))];
+        q.loaded(results, now, &mut out);
+        assert!(out.is_empty(), "the head is still unread: nothing overtakes it");
+        assert_eq!(q.cache().unreadable, 1);
+        assert_eq!(disk.serve(&mut q, now, &mut out), 1, "the failed read again");
+        let d = deliveries(&mut out);
+        assert_eq!(d.iter().map(|x| x.2[..6].to_owned()).collect::<Vec<_>>(), ["000001", "000003"]);
+        // Purge takes what is on disk without reading it.
+        q.unsubscribe(&ch(), sub(0, 1), now, &mut out);
+        for i in 4..8 {
+            q.send(body(i), None, None, now, &mut out);
+        }
+        disk.commit(&mut q);
+        let (mailbox, answers) = Mailbox::new();
+        q.pull(
+            PullRequest { channel: ch(), holder: sub(usize::MAX, 7), max: 0, wait: Duration::ZERO, mode: PullMode::Purge, token: 1, reply: mailbox },
+            now,
+            &mut out,
+        );
+        assert_eq!(answers.try_recv().unwrap().purged, 6);
+        assert_eq!(q.cache().resident, 0);
+        assert_eq!(q.depth(&ch()).ready, 0);
     }
 }
