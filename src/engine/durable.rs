@@ -49,8 +49,11 @@
 //! messages on disk only (`array::queue`, "Bodies on disk"), and ask for them back as each
 //! queue's read-ahead window reaches them. After a commit, the batch's queue message records
 //! are handed back to the queues with the segment and offset the batch landed at
-//! ([`Queues::placed`](crate::array::queue::Queues::placed)): only then, with the record
-//! durable, may a message drop its content. A read task serves the queues' read requests,
+//! ([`Queues::placed`](crate::array::queue::Queues::placed)) as soon as it is written (not
+//! synced: a written record reads back from the page cache, and waiting for the sync would
+//! keep a sync's worth of arrivals in memory); only then may a message drop its content.
+//! While more than 16 MiB of records wait for a write (a slow sync under producers that ask
+//! for no receipt), every connection reader pauses, as for a full mesh ring. A read task serves the queues' read requests,
 //! up to [`READ_BATCH`] at a time, with `pread`s on glommio's blocking thread
 //! ([`persist::read_back`]: neighbouring records share one `pread`; the checksum is verified
 //! there too), then hands the messages back to the shard, which delivers them.
@@ -87,6 +90,9 @@ const FULL_DISK_BACKOFF: Duration = Duration::from_secs(1);
 /// a millisecond from the page cache, so a job finishes well before a read-ahead window
 /// (1024 messages) is drained.
 pub const READ_BATCH: usize = 1024;
+
+/// Records waiting for a write past which every connection reader pauses (`note_pending`).
+const PENDING_PAUSE_BYTES: usize = 16 << 20;
 
 /// How long the read task waits after a failed read before asking again.
 const READ_RETRY: Duration = Duration::from_millis(100);
@@ -137,6 +143,8 @@ pub struct Durable {
     deleted: Cell<u64>,
     /// A read task is serving the queues' read requests.
     reading: Cell<bool>,
+    /// This core counts in `Shared::backed_up_cores` for its pending records.
+    paused: Cell<bool>,
 }
 
 impl Durable {
@@ -182,6 +190,7 @@ impl Durable {
             deleting: Cell::new(false),
             deleted: Cell::new(0),
             reading: Cell::new(false),
+            paused: Cell::new(false),
         };
         d.refill_room(shard);
         d
@@ -247,6 +256,7 @@ impl Core {
     /// records are pending.
     pub(super) fn hold_for_log(self: &Rc<Self>, out: &mut crate::array::Outbox) {
         let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
+        self.note_pending();
         if !d.reading.get() && shard.borrow().queues.has_reads() {
             d.reading.set(true);
             glommio::spawn_local(Rc::clone(self).read_loop()).detach();
@@ -328,15 +338,19 @@ impl Core {
                 shard.queues.journal.set_epoch(epoch);
                 shard.store.journal.set_epoch(epoch);
             }
-            let (at, result) = match appended {
-                Ok((at, Some(pending))) => (Some(at), glommio::executor().spawn_blocking(move || pending.run()).await),
-                Ok((at, None)) => (Some(at), Ok(())),
-                Err(e) => (None, Err(e)),
-            };
-            if let (Some(at), Ok(())) = (at, &result) {
-                // Durable now: these messages may keep their contents on disk only.
+            if let Ok((at, _)) = &appended {
+                // Written: the records read back from the page cache (and, once synced, from
+                // the device), so these messages may keep their contents on disk only. Not
+                // waiting for the sync keeps a sync's worth of arrivals out of memory. If the
+                // sync fails, their SENDs are answered with errors below, as without this.
                 shard.borrow_mut().queues.placed(at.segment, at.offset, &placements);
             }
+            self.note_pending();
+            let result = match appended {
+                Ok((_, Some(pending))) => glommio::executor().spawn_blocking(move || pending.run()).await,
+                Ok((_, None)) => Ok(()),
+                Err(e) => Err(e),
+            };
             let full = result.as_ref().err().is_some_and(is_disk_full);
             match &result {
                 Ok(()) => {}
@@ -365,6 +379,26 @@ impl Core {
             self.drain_local();
         }
         d.committing.set(false);
+    }
+
+    /// Counts this core among the backed-up ones (every connection reader pauses, as for a
+    /// full mesh ring) while more than [`PENDING_PAUSE_BYTES`] of records wait for a write:
+    /// producers that ask for no receipt are otherwise paced by nothing, and what they send
+    /// during a slow sync would pile up in memory twice (the messages and their records).
+    fn note_pending(&self) {
+        let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
+        let pending = {
+            let shard = shard.borrow();
+            shard.queues.journal.pending_bytes() + shard.store.journal.pending_bytes()
+        };
+        let over = pending > PENDING_PAUSE_BYTES;
+        if d.paused.replace(over) != over {
+            if over {
+                self.shared.backed_up_cores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                self.shared.backed_up_cores.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 
     /// Serves the queues' read requests until none are left: each job's records are read on
