@@ -94,6 +94,9 @@ pub const READ_BATCH: usize = 1024;
 /// Records waiting for a write past which every connection reader pauses (`note_pending`).
 const PENDING_PAUSE_BYTES: usize = 16 << 20;
 
+/// Batch buffers larger than this are dropped after their commit rather than kept for reuse.
+const KEEP_BATCH_CAPACITY: usize = 4 << 20;
+
 /// How long the read task waits after a failed read before asking again.
 const READ_RETRY: Duration = Duration::from_millis(100);
 
@@ -361,6 +364,11 @@ impl Core {
                         d.disk_full_at.set(Some(Instant::now()));
                     }
                 }
+            }
+            if batch.capacity() > KEEP_BATCH_CAPACITY {
+                // A burst's batch (the journal's buffer swaps with this one, so both shrink
+                // in turn): not kept for the quiet that follows.
+                batch = Vec::new();
             }
             *d.batch.borrow_mut() = batch;
             if result.is_ok() {
