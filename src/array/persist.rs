@@ -61,7 +61,7 @@
 //! its core count and a start with another one is refused with one line (re-deriving
 //! ownership, by handing records to their new owners, is left for later).
 use super::log::record::{self, Content, QueueMessage, QueueSettle, Record, Settlement, StoreMessage};
-use super::log::segment::SegmentId;
+use super::log::segment::{Position, SegmentId};
 use crate::mesh::msg::QueueMeta;
 use crate::model::{Channel, Message, Tags};
 use ahash::AHashMap;
@@ -180,6 +180,22 @@ pub struct Journal {
     room: Option<Room>,
     /// Message records refused for want of room.
     refused: u64,
+    /// Where each queue message record sits in `buf`, so the queue can find it on disk once
+    /// the core has written it (see [`Placement`]).
+    placed: Vec<Placement>,
+}
+
+/// A queue message record in a journal's pending bytes: the core adds the position its batch
+/// landed at and hands it back to the queue ([`Queues::placed`](super::queue::Queues::placed)),
+/// which may then drop the message's body from memory and read it back later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub channel: Channel,
+    pub seq: u64,
+    /// Offset of the record in the pending bytes.
+    pub offset: usize,
+    /// The record's size.
+    pub len: u32,
 }
 
 impl Journal {
@@ -287,6 +303,14 @@ impl Journal {
         std::mem::swap(&mut self.buf, batch);
     }
 
+    /// Moves the placements of the records [`take`](Self::take) (or `take_after`) just took
+    /// into `into` (cleared first), their offsets moved by `base`: where the journal's bytes
+    /// begin in the batch.
+    pub fn take_placements(&mut self, base: usize, into: &mut Vec<Placement>) {
+        into.clear();
+        into.extend(self.placed.drain(..).map(|p| Placement { offset: p.offset + base, ..p }));
+    }
+
     /// Appends the pending records to `batch` (a second journal's records joining the first's
     /// batch: one copy, against one write and sync saved).
     pub fn take_after(&mut self, batch: &mut Vec<u8>) {
@@ -330,7 +354,14 @@ impl Journal {
             dead_letter: meta.and_then(|m| m.dead_letter.as_ref()).map(|c| c.0.as_ref()),
             rerouted_from: meta.and_then(|m| m.rerouted_from.as_ref()).map(|c| c.0.as_ref()),
         });
-        self.birth(&rec)
+        let start = self.buf.len();
+        let epoch = self.birth(&rec)?;
+        if let Ok(len) = u32::try_from(self.buf.len() - start) {
+            if len > 0 {
+                self.placed.push(Placement { channel: msg.channel.clone(), seq, offset: start, len });
+            }
+        }
+        Some(epoch)
     }
 
     /// The message `seq` of `channel` was delivered; it has had `receive_count` deliveries.
@@ -387,10 +418,51 @@ pub fn check_body_limit(max_body_size: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// A queue message rebuilt from the log.
+/// Where a queue message's record is on disk, and what the queue needs to account for it
+/// without its content: 16 bytes, the part of a message a backlog kept on disk holds in
+/// memory (`array::queue`, "Bodies on disk"). The record's segment is never deleted while the
+/// message is live: its epoch is the record's segment or an earlier one, and only segments
+/// below the oldest live epoch go ("Which records are live").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loc {
+    pub segment: u32,
+    pub offset: u32,
+    /// The whole record's size.
+    pub len: u32,
+    /// The message body's size (the queue's depth limit counts bodies).
+    pub body_len: u32,
+}
+
+impl Loc {
+    /// The location of a record of `len` bytes at `offset` of `segment` with a body of
+    /// `body_len` bytes; `None` when a field does not fit 32 bits (a segment past 4 GiB, the
+    /// 4-billionth segment): such a message simply stays in memory.
+    pub fn new(segment: SegmentId, offset: u64, len: usize, body_len: usize) -> Option<Loc> {
+        Some(Loc {
+            segment: u32::try_from(segment.0).ok()?,
+            offset: u32::try_from(offset).ok()?,
+            len: u32::try_from(len).ok()?,
+            body_len: u32::try_from(body_len).ok()?,
+        })
+    }
+
+    pub fn position(&self) -> Position {
+        Position { segment: SegmentId(u64::from(self.segment)), offset: u64::from(self.offset) }
+    }
+}
+
+/// A recovered queue message's content: on disk (the usual case: recovery reads no body), or
+/// in memory when its record cannot be located in 32 bits (see [`Loc::new`]).
+#[derive(Debug)]
+pub enum RecoveredBody {
+    Disk(Loc),
+    Mem(Arc<Message>),
+}
+
+/// A queue message rebuilt from the log: its index entry, not its content.
 #[derive(Debug)]
 pub struct Recovered {
-    pub msg: Arc<Message>,
+    pub body: RecoveredBody,
     /// The segment its record is in.
     pub epoch: LogEpoch,
     pub seq: u64,
@@ -410,27 +482,76 @@ pub struct Replay {
     pub orphan_settlements: u64,
 }
 
+/// One queue's messages as the log is replayed: by sequence in a vector (one owner logs a
+/// queue's messages in sequence order, so they arrive sorted and a settlement finds its
+/// message by binary search); a settled message leaves a hole, and the holes are squeezed
+/// out when they outnumber the live ones. Some 72 bytes a message, against a search tree's
+/// hundred or more: with millions of backlog messages that is most of recovery's memory.
 #[derive(Debug, Default)]
 struct QueueReplay {
-    live: BTreeMap<u64, Recovered>,
+    /// (sequence, the message while live).
+    live: Vec<(u64, Option<Recovered>)>,
+    holes: usize,
     max_seq: u64,
 }
 
+impl QueueReplay {
+    fn insert(&mut self, r: Recovered) {
+        let seq = r.seq;
+        match self.live.last() {
+            Some((last, _)) if *last >= seq => {}
+            _ => return self.live.push((seq, Some(r))),
+        }
+        // Out of order (noise from a resync, or a record logged twice): place it by sequence.
+        match self.live.binary_search_by_key(&seq, |(s, _)| *s) {
+            Ok(at) => {
+                if self.live[at].1.is_none() {
+                    self.holes -= 1;
+                }
+                self.live[at].1 = Some(r);
+            }
+            Err(at) => self.live.insert(at, (seq, Some(r))),
+        }
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut Recovered> {
+        let at = self.live.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
+        self.live[at].1.as_mut()
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<Recovered> {
+        let at = self.live.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
+        let r = self.live[at].1.take()?;
+        self.holes += 1;
+        if self.holes > 1024 && self.holes * 2 > self.live.len() {
+            self.live.retain(|(_, r)| r.is_some());
+            self.holes = 0;
+        }
+        Some(r)
+    }
+}
+
 impl Replay {
-    /// Applies one record of segment `at`, in log order.
-    pub fn apply(&mut self, at: SegmentId, rec: &Record<'_>) {
-        let epoch = LogEpoch(at.0);
+    /// Applies one record at `at`, in log order.
+    pub fn apply(&mut self, at: Position, rec: &Record<'_>) {
+        let epoch = LogEpoch(at.segment.0);
         match rec {
             Record::QueueMessage(m) => {
-                let channel = Channel(Bytes::copy_from_slice(m.channel));
-                let q = self.queues.entry(channel.0.clone()).or_default();
+                let q = match self.queues.get_mut(m.channel) {
+                    Some(q) => q,
+                    None => self.queues.entry(Bytes::copy_from_slice(m.channel)).or_default(),
+                };
                 q.max_seq = q.max_seq.max(m.seq);
-                q.live.insert(m.seq, recovered(channel, m, epoch));
+                let body = match Loc::new(at.segment, at.offset, record::encoded_len(rec), m.content.body.len()) {
+                    Some(loc) => RecoveredBody::Disk(loc),
+                    None => RecoveredBody::Mem(Arc::new(message_of(Channel(Bytes::copy_from_slice(m.channel)), &m.content))),
+                };
+                q.insert(recovered(body, m, epoch));
             }
             Record::QueueSettle(s) => {
                 let live = self.queues.get_mut(s.channel).and_then(|q| match s.settlement {
-                    Settlement::Requeue { receive_count } => q.live.get_mut(&s.seq).map(|r| r.receive_count = receive_count),
-                    Settlement::Ack | Settlement::DeadLetter { .. } => q.live.remove(&s.seq).map(drop),
+                    Settlement::Requeue { receive_count } => q.get_mut(s.seq).map(|r| r.receive_count = receive_count),
+                    Settlement::Ack | Settlement::DeadLetter { .. } => q.remove(s.seq).map(drop),
                 });
                 if live.is_none() {
                     self.orphan_settlements += 1;
@@ -455,12 +576,63 @@ impl Replay {
 
     /// Messages still live, over every queue.
     pub fn live(&self) -> usize {
-        self.queues.values().map(|q| q.live.len()).sum()
+        self.queues.values().map(|q| q.live.len() - q.holes).sum()
     }
 
     /// Every queue: its name, the highest sequence logged, and its live messages in order.
-    pub fn into_queues(self) -> impl Iterator<Item = (Channel, u64, Vec<Recovered>)> {
-        self.queues.into_iter().map(|(name, q)| (Channel(name), q.max_seq, q.live.into_values().collect()))
+    pub fn into_queues(self) -> impl Iterator<Item = (Channel, u64, impl Iterator<Item = Recovered>)> {
+        self.queues.into_iter().map(|(name, q)| (Channel(name), q.max_seq, q.live.into_iter().filter_map(|(_, r)| r)))
+    }
+}
+
+/// A queue message whose body is to be read back from the log (`array::queue`, "Bodies on
+/// disk").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadRequest {
+    pub channel: Channel,
+    pub seq: u64,
+    pub loc: Loc,
+}
+
+/// Why a message could not be read back.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The read failed (it may succeed later).
+    Io(io::Error),
+    /// The bytes are not this message's record (checksum, framing, or another record): the
+    /// message is lost.
+    Corrupt(String),
+}
+
+/// Reads the records of `requests` back from the log in `dir` and rebuilds their messages,
+/// checking each record's checksum and that it is the message asked for. Blocking (`pread`):
+/// the core runs it on glommio's blocking thread (`engine::durable`).
+pub fn read_back(dir: &Path, requests: Vec<ReadRequest>) -> Vec<(ReadRequest, Result<Arc<Message>, ReadError>)> {
+    let wanted: Vec<(Position, u32)> = requests.iter().map(|r| (r.loc.position(), r.loc.len)).collect();
+    let bytes = super::log::segment::read_records(dir, &wanted);
+    requests
+        .into_iter()
+        .zip(bytes)
+        .map(|(req, read)| {
+            let msg = match read {
+                Ok(buf) => message_in(&req, &buf),
+                Err(e) => Err(ReadError::Io(e)),
+            };
+            (req, msg)
+        })
+        .collect()
+}
+
+/// The message of `req` decoded from its record's bytes `buf`.
+pub fn message_in(req: &ReadRequest, buf: &[u8]) -> Result<Arc<Message>, ReadError> {
+    let at = req.loc.position();
+    let corrupt = |what: String| ReadError::Corrupt(format!("segment {} offset {}: {what}", at.segment.0, at.offset));
+    match record::decode(buf) {
+        Ok((Record::QueueMessage(m), len)) if len == buf.len() && m.seq == req.seq && m.channel == req.channel.0.as_ref() => {
+            Ok(Arc::new(message_of(req.channel.clone(), &m.content)))
+        }
+        Ok(_) => Err(corrupt(format!("not the record of message {} of its queue", req.seq))),
+        Err(e) => Err(corrupt(e.to_string())),
     }
 }
 
@@ -477,8 +649,7 @@ fn message_of(channel: Channel, c: &Content<'_>) -> Message {
     }
 }
 
-fn recovered(channel: Channel, m: &QueueMessage<'_>, epoch: LogEpoch) -> Recovered {
-    let msg = message_of(channel, &m.content);
+fn recovered(body: RecoveredBody, m: &QueueMessage<'_>, epoch: LogEpoch) -> Recovered {
     let has_meta = m.delayed_to_ns != 0 || m.max_receive != 0 || m.dead_letter.is_some() || m.rerouted_from.is_some();
     let meta = has_meta.then(|| {
         Box::new(QueueMeta {
@@ -489,7 +660,7 @@ fn recovered(channel: Channel, m: &QueueMessage<'_>, epoch: LogEpoch) -> Recover
             rerouted_from: m.rerouted_from.map(|d| Channel(Bytes::copy_from_slice(d))),
         })
     });
-    Recovered { msg: Arc::new(msg), epoch, seq: m.seq, receive_count: 0, expires_at_ns: m.expires_at_ns, meta }
+    Recovered { body, epoch, seq: m.seq, receive_count: 0, expires_at_ns: m.expires_at_ns, meta }
 }
 
 #[cfg(test)]
@@ -511,9 +682,17 @@ mod tests {
 
     fn replay(buf: &[u8]) -> Replay {
         let mut r = Replay::default();
-        let scan = super::super::log::segment::scan_segment(buf, |_, rec| r.apply(SegmentId(1), &rec));
+        let scan = super::super::log::segment::scan_segment(buf, |offset, rec| r.apply(Position { segment: SegmentId(1), offset }, &rec));
         assert_eq!(scan.good_len, buf.len());
         r
+    }
+
+    /// The message a recovered entry names, read back from the segment bytes `buf` it was
+    /// replayed from (through the checks `read_back` makes).
+    fn read_in(buf: &[u8], channel: &Channel, r: &Recovered) -> Result<Arc<Message>, ReadError> {
+        let RecoveredBody::Disk(loc) = r.body else { panic!("recovery keeps contents on disk") };
+        let at = loc.offset as usize;
+        message_in(&ReadRequest { channel: channel.clone(), seq: r.seq, loc }, &buf[at..at + loc.len as usize])
     }
 
     #[test]
@@ -536,11 +715,20 @@ mod tests {
         assert_eq!(r.orphan_settlements, 1);
         let queues: Vec<_> = r.into_queues().collect();
         assert_eq!(queues.len(), 1);
-        let (name, max_seq, live) = &queues[0];
-        assert_eq!((name, *max_seq), (&q, 4));
-        let got: Vec<(u64, &[u8], u32)> = live.iter().map(|r| (r.seq, r.msg.body.as_ref(), r.receive_count)).collect();
-        assert_eq!(got, [(2, &b"b"[..], 2), (4, &b"d"[..], 0)]);
-        assert_eq!(*live[0].msg, msg("q", "b"), "content survives the round trip");
+        let (name, max_seq, live) = queues.into_iter().next().unwrap();
+        let live: Vec<Recovered> = live.collect();
+        assert_eq!((&name, max_seq), (&q, 4));
+        let got: Vec<(u64, Bytes, u32)> = live.iter().map(|r| (r.seq, read_in(&batch, &q, r).unwrap().body.clone(), r.receive_count)).collect();
+        assert_eq!(got, [(2, Bytes::from_static(b"b"), 2), (4, Bytes::from_static(b"d"), 0)]);
+        assert_eq!(*read_in(&batch, &q, &live[0]).unwrap(), msg("q", "b"), "content survives the round trip");
+        let RecoveredBody::Disk(loc) = live[0].body else { unreachable!() };
+        assert_eq!(loc.body_len, 1);
+        // The checks of a read back: another message's record, or a damaged one, is refused.
+        let other = Recovered { body: RecoveredBody::Disk(loc), epoch: LogEpoch(1), seq: 4, receive_count: 0, expires_at_ns: 0, meta: None };
+        assert!(matches!(read_in(&batch, &q, &other), Err(ReadError::Corrupt(_))));
+        let mut damaged = batch.clone();
+        damaged[loc.offset as usize + loc.len as usize - 1] ^= 1;
+        assert!(matches!(read_in(&damaged, &q, &live[0]), Err(ReadError::Corrupt(_))));
     }
 
     #[test]
@@ -585,6 +773,7 @@ mod tests {
         let mut batch = Vec::new();
         j.take(&mut batch);
         let (_, _, live) = replay(&batch).into_queues().next().unwrap();
+        let live: Vec<Recovered> = live.collect();
         assert_eq!(live[0].expires_at_ns, 5);
         assert_eq!(live[0].meta.as_deref(), Some(&meta));
     }
@@ -704,8 +893,9 @@ mod tests {
             let unlinked: Vec<PathBuf> = paths[..k].iter().map(|p| copy.join(p.file_name().unwrap())).collect();
             remove_segments(&copy, &unlinked).unwrap();
             let mut r = Replay::default();
-            SegmentLog::open(&copy, segment_bytes, |pos, rec| r.apply(pos.segment, &rec)).unwrap();
+            SegmentLog::open(&copy, segment_bytes, |pos, rec| r.apply(pos, &rec)).unwrap();
             let (_, _, live) = r.into_queues().next().unwrap();
+            let live: Vec<Recovered> = live.collect();
             let got: Vec<u64> = live.iter().map(|m| m.seq).collect();
             assert_eq!(got, (21..=30).collect::<Vec<_>>(), "after {k} of {} unlinks", paths.len());
             assert_eq!(live[0].receive_count, 1, "21's deliveries survive: its segment was never deleted");

@@ -359,6 +359,14 @@ pub(super) struct Cli {
     /// Env STORE_MAX_RETENTION (KubeMQ's name). TOML key: store_retention_min.
     #[arg(long, value_name = "MINUTES", allow_negative_numbers = true)]
     pub(super) store_retention_min: Option<String>,
+    /// Memory for queued message contents with a store, in MiB over every core (each core
+    /// taking an equal share; default 256): past it, a queue backlog's written messages keep
+    /// only a 64-byte index entry in memory and their contents are read back from the log
+    /// just ahead of the consumers (up to 1024 messages or 4 MiB per queue). Messages in
+    /// flight and delayed ones always stay in memory. 0 keeps only the read-ahead windows.
+    /// Env STOMPGATE_STORE_CACHE_MB. TOML key: store_cache_mb.
+    #[arg(long, value_name = "MIB", allow_negative_numbers = true)]
+    pub(super) store_cache_mb: Option<String>,
 
     /// Size of one log segment file in bytes (default 64 MiB). For tests of space
     /// reclamation: not part of the documented configuration.
@@ -422,6 +430,7 @@ mod tests {
             env::STORE_SYNC_INTERVAL_US,
             env::STORE_MAX_BYTES,
             env::STORE_MAX_RETENTION,
+            env::STORE_CACHE_MB,
         ] {
             assert!(help.contains(name), "help lacks {name}");
         }

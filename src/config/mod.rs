@@ -157,6 +157,9 @@ pub struct StoreConfig {
     /// 64 MiB, large enough that rollovers are rare, small enough that a segment is a cheap
     /// unit to scan at recovery and to delete once nothing in it is live.
     pub segment_bytes: u64,
+    /// Memory for queued message contents, in MiB over every core (`--store-cache-mb`):
+    /// past it a backlog's contents stay on disk (`array::queue`, "Bodies on disk").
+    pub cache_mb: u64,
 }
 
 /// `--store-sync`: how durable a record is before its confirmation goes out.
@@ -171,7 +174,7 @@ pub enum StoreSync {
 impl Default for StoreConfig {
     /// Off (see [`Config::store`]); the command line's default directory is [`DEFAULT_STORE_DIR`].
     fn default() -> Self {
-        StoreConfig { dir: None, retention_min: 1440, sync: StoreSync::Fsync, sync_interval_us: 200, max_bytes: 0, segment_bytes: 64 << 20 }
+        StoreConfig { dir: None, retention_min: 1440, sync: StoreSync::Fsync, sync_interval_us: 200, max_bytes: 0, segment_bytes: 64 << 20, cache_mb: 256 }
     }
 }
 

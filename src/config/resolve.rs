@@ -203,7 +203,11 @@ impl Config {
             None => d.segment_bytes,
             Some((raw, source)) => parse_uint(&raw, source, 1024)?,
         };
-        Ok(StoreConfig { dir, retention_min, sync, sync_interval_us, max_bytes, segment_bytes })
+        let cache_mb = match src.pick("store-cache-mb", &cli.store_cache_mb, Some(env::STORE_CACHE_MB), "store_cache_mb") {
+            None => d.cache_mb,
+            Some((raw, source)) => parse_uint(&raw, source, 0)?,
+        };
+        Ok(StoreConfig { dir, retention_min, sync, sync_interval_us, max_bytes, segment_bytes, cache_mb })
     }
 
     /// `--grpc-tls-cert` and `--grpc-tls-key`: both or neither, each a readable file.

@@ -62,10 +62,11 @@ pub mod env {
     pub const STORE_MAX_BYTES: &str = "STOMPGATE_STORE_MAX_BYTES";
     /// Events-Store retention in minutes: KubeMQ's own name (`Store.MaxRetention`).
     pub const STORE_MAX_RETENTION: &str = "STORE_MAX_RETENTION";
+    pub const STORE_CACHE_MB: &str = "STOMPGATE_STORE_CACHE_MB";
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 57] = [
+pub const TOML_KEYS: [&str; 58] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -109,6 +110,7 @@ pub const TOML_KEYS: [&str; 57] = [
     "store_sync_interval_us",
     "store_max_bytes",
     "store_retention_min",
+    "store_cache_mb",
     "amqp_addr",
     "amqp_max_frame_size",
     "amqp_max_message_size",

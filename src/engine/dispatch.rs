@@ -17,7 +17,9 @@ impl Core {
             return;
         }
         let mut overflow = self.overflow.borrow_mut();
-        if overflow[to.index()].is_empty() {
+        // Not while the flusher runs either: it holds the message it popped while it waits
+        // for room, and one sent past it now would overtake it (a queue's order broken).
+        if overflow[to.index()].is_empty() && !self.flushing[to.index()].get() {
             match self.senders.try_send_to(to.index(), msg) {
                 Ok(()) => return,
                 Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => overflow[to.index()].push_back(msg),

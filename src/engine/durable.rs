@@ -44,6 +44,29 @@
 //! like the `fdatasync`; one deletion runs at a time, so unlinks never reorder. See
 //! `array::persist` ("Which records are live") for why deleting only a prefix is crash-safe.
 //!
+//! # Reading contents back
+//! With a backlog larger than `--store-cache-mb`, queues keep the contents of written
+//! messages on disk only (`array::queue`, "Bodies on disk"), and ask for them back as each
+//! queue's read-ahead window reaches them. After a commit, the batch's queue message records
+//! are handed back to the queues with the segment and offset the batch landed at
+//! ([`Queues::placed`](crate::array::queue::Queues::placed)) as soon as it is written (not
+//! synced: a written record reads back from the page cache, and waiting for the sync would
+//! keep a sync's worth of arrivals in memory); only then may a message drop its content.
+//! While more than 16 MiB of records wait for a write (a slow sync under producers that ask
+//! for no receipt), every connection reader pauses, as for a full mesh ring. A read task serves the queues' read requests,
+//! up to [`READ_BATCH`] at a time, with `pread`s on glommio's blocking thread
+//! ([`persist::read_back`]: neighbouring records share one `pread`; the checksum is verified
+//! there too), then hands the messages back to the shard, which delivers them.
+//!
+//! Why `pread` on the blocking thread rather than glommio's DMA reads: the log is written with
+//! buffered `write(2)`s, so a backlog's recent records are in the page cache, and a buffered
+//! read serves them at memory speed where O_DIRECT goes to the device every time (and would
+//! first have to flush the dirty pages of the range); DMA reads also need block-aligned
+//! offsets and lengths, which records are not. A read that does reach the device waits on the
+//! blocking thread, never on the core's, which keeps serving meanwhile. The blocking thread is
+//! shared with the `fdatasync`s, so a read can wait behind a sync (≤ ~1 ms); the read-ahead
+//! window (1024 messages) covers that at the rates measured (perf/RESULTS.md).
+//!
 //! # Room
 //! With `--store-max-bytes`, each core may use an equal share of it; after every commit the
 //! journals' shared room is set to that share minus the log's segment bytes and what is
@@ -52,7 +75,7 @@ use super::backend::Backend;
 use super::Core;
 use crate::array::log::record::{self, Record};
 use crate::array::log::segment::{self, Recovery, SegmentId, SegmentLog};
-use crate::array::persist::{self, LogEpoch, Replay, Room};
+use crate::array::persist::{self, LogEpoch, Placement, ReadError, Replay, Room};
 use crate::config::{Config, StoreSync};
 use crate::mesh::msg::{CoreId, CoreMsg, Refusal};
 use std::cell::{Cell, RefCell};
@@ -62,6 +85,20 @@ use std::time::{Duration, Instant};
 /// How long new message records are refused after the disk was found full, before a write
 /// is tried again.
 const FULL_DISK_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Most message contents one read job fetches: about 1 MiB of 1 KiB messages, a fraction of
+/// a millisecond from the page cache, so a job finishes well before a read-ahead window
+/// (1024 messages) is drained.
+pub const READ_BATCH: usize = 1024;
+
+/// Records waiting for a write past which every connection reader pauses (`note_pending`).
+const PENDING_PAUSE_BYTES: usize = 16 << 20;
+
+/// Batch buffers larger than this are dropped after their commit rather than kept for reuse.
+const KEEP_BATCH_CAPACITY: usize = 4 << 20;
+
+/// How long the read task waits after a failed read before asking again.
+const READ_RETRY: Duration = Duration::from_millis(100);
 
 /// One core's log as it opened: the segments, and the queue state they replayed.
 pub struct Opened {
@@ -78,7 +115,7 @@ pub fn open(cfg: &Config, core: CoreId) -> Result<Option<Opened>, String> {
     let Some(root) = &cfg.store.dir else { return Ok(None) };
     let dir = persist::core_dir(root, core.index());
     let mut replay = Replay::default();
-    let (log, recovery) = SegmentLog::open(&dir, cfg.store.segment_bytes, |pos, rec| replay.apply(pos.segment, &rec))
+    let (log, recovery) = SegmentLog::open(&dir, cfg.store.segment_bytes, |pos, rec| replay.apply(pos, &rec))
         .map_err(|e| format!("cannot open the store of core {core}: {e}"))?;
     Ok(Some(Opened { log, replay, recovery }))
 }
@@ -107,6 +144,10 @@ pub struct Durable {
     deleting: Cell<bool>,
     /// Segments deleted since start (for tests and logs).
     deleted: Cell<u64>,
+    /// A read task is serving the queues' read requests.
+    reading: Cell<bool>,
+    /// This core counts in `Shared::backed_up_cores` for its pending records.
+    paused: Cell<bool>,
 }
 
 impl Durable {
@@ -119,6 +160,8 @@ impl Durable {
             *journal = std::mem::take(journal).with_room(Rc::clone(&room));
             journal.set_epoch(epoch);
         }
+        let budget = usize::try_from((cfg.store.cache_mb << 20) / cores.max(1) as u64).unwrap_or(usize::MAX);
+        shard.queues.set_cache_budget(budget);
         let orphans = replay.orphan_settlements;
         let stored = shard.store.restore(replay.take_stores());
         let restored = shard.queues.restore(replay);
@@ -149,6 +192,8 @@ impl Durable {
             disk_full_at: Cell::new(None),
             deleting: Cell::new(false),
             deleted: Cell::new(0),
+            reading: Cell::new(false),
+            paused: Cell::new(false),
         };
         d.refill_room(shard);
         d
@@ -176,18 +221,17 @@ impl Durable {
         SegmentId(oldest.map_or(u64::MAX, |e| e.0))
     }
 
-    /// Writes `batch` (one `write(2)`) and returns the sync still to run, per `--store-sync`.
-    fn append(&self, batch: &[u8]) -> std::io::Result<Option<segment::PendingSync>> {
+    /// Writes `batch` (one `write(2)`) and returns where it starts and the sync still to
+    /// run, per `--store-sync`.
+    fn append(&self, batch: &[u8]) -> std::io::Result<(segment::Position, Option<segment::PendingSync>)> {
         let mut log = self.log.borrow_mut();
-        if !batch.is_empty() {
-            log.append_batch(batch)?;
-        }
+        let at = log.append_batch(batch)?;
         match self.sync {
             StoreSync::Write => {
                 log.skip_sync();
-                Ok(None)
+                Ok((at, None))
             }
-            StoreSync::Fsync => Ok(Some(log.begin_sync()?).filter(|p| !p.is_empty())),
+            StoreSync::Fsync => Ok((at, Some(log.begin_sync()?).filter(|p| !p.is_empty()))),
         }
     }
 
@@ -215,6 +259,11 @@ impl Core {
     /// records are pending.
     pub(super) fn hold_for_log(self: &Rc<Self>, out: &mut crate::array::Outbox) {
         let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
+        self.note_pending();
+        if !d.reading.get() && shard.borrow().queues.has_reads() {
+            d.reading.set(true);
+            glommio::spawn_local(Rc::clone(self).read_loop()).detach();
+        }
         let pending = {
             let shard = shard.borrow();
             shard.queues.journal.has_pending() || shard.store.journal.has_pending()
@@ -259,6 +308,7 @@ impl Core {
                 }
             }
             let mut batch = std::mem::take(&mut *d.batch.borrow_mut());
+            let mut placements: Vec<Placement> = Vec::new();
             let dead_below = {
                 let mut shard = shard.borrow_mut();
                 let carry = std::mem::take(&mut *d.carry.borrow_mut());
@@ -269,6 +319,7 @@ impl Core {
                     batch.extend_from_slice(&carry);
                     shard.queues.journal.take_after(&mut batch);
                 }
+                shard.queues.journal.take_placements(carry.len(), &mut placements);
                 let fresh = batch.len() > carry.len() || shard.store.journal.has_pending();
                 shard.store.journal.take_after(&mut batch);
                 if !fresh && d.held.borrow().is_empty() {
@@ -290,9 +341,17 @@ impl Core {
                 shard.queues.journal.set_epoch(epoch);
                 shard.store.journal.set_epoch(epoch);
             }
+            if let Ok((at, _)) = &appended {
+                // Written: the records read back from the page cache (and, once synced, from
+                // the device), so these messages may keep their contents on disk only. Not
+                // waiting for the sync keeps a sync's worth of arrivals out of memory. If the
+                // sync fails, their SENDs are answered with errors below, as without this.
+                shard.borrow_mut().queues.placed(at.segment, at.offset, &placements);
+            }
+            self.note_pending();
             let result = match appended {
-                Ok(Some(pending)) => glommio::executor().spawn_blocking(move || pending.run()).await,
-                Ok(None) => Ok(()),
+                Ok((_, Some(pending))) => glommio::executor().spawn_blocking(move || pending.run()).await,
+                Ok((_, None)) => Ok(()),
                 Err(e) => Err(e),
             };
             let full = result.as_ref().err().is_some_and(is_disk_full);
@@ -305,6 +364,11 @@ impl Core {
                         d.disk_full_at.set(Some(Instant::now()));
                     }
                 }
+            }
+            if batch.capacity() > KEEP_BATCH_CAPACITY {
+                // A burst's batch (the journal's buffer swaps with this one, so both shrink
+                // in turn): not kept for the quiet that follows.
+                batch = Vec::new();
             }
             *d.batch.borrow_mut() = batch;
             if result.is_ok() {
@@ -323,6 +387,52 @@ impl Core {
             self.drain_local();
         }
         d.committing.set(false);
+    }
+
+    /// Counts this core among the backed-up ones (every connection reader pauses, as for a
+    /// full mesh ring) while more than [`PENDING_PAUSE_BYTES`] of records wait for a write:
+    /// producers that ask for no receipt are otherwise paced by nothing, and what they send
+    /// during a slow sync would pile up in memory twice (the messages and their records).
+    fn note_pending(&self) {
+        let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
+        let pending = {
+            let shard = shard.borrow();
+            shard.queues.journal.pending_bytes() + shard.store.journal.pending_bytes()
+        };
+        let over = pending > PENDING_PAUSE_BYTES;
+        if d.paused.replace(over) != over {
+            if over {
+                self.shared.backed_up_cores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                self.shared.backed_up_cores.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Serves the queues' read requests until none are left: each job's records are read on
+    /// the blocking thread, then handed to the shard, whose deliveries go out at once.
+    async fn read_loop(self: Rc<Self>) {
+        let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
+        let dir = d.log.borrow().dir().to_path_buf();
+        loop {
+            let mut requests = Vec::new();
+            shard.borrow_mut().queues.take_reads(READ_BATCH, &mut requests);
+            if requests.is_empty() {
+                break;
+            }
+            let from = dir.clone();
+            let results = glommio::executor().spawn_blocking(move || persist::read_back(&from, requests)).await;
+            let failed = results.iter().any(|(_, r)| matches!(r, Err(ReadError::Io(_))));
+            let mut out = crate::array::Outbox::new();
+            shard.borrow_mut().queues.loaded(results, Instant::now(), &mut out);
+            self.hold_for_log(&mut out);
+            self.dispatch_all(&mut out);
+            self.drain_local();
+            if failed {
+                glommio::timer::sleep(READ_RETRY).await;
+            }
+        }
+        d.reading.set(false);
     }
 
     /// Detaches the closed segments before `before` and unlinks them on the blocking thread,
