@@ -12,8 +12,10 @@
 //! and Queues patterns. Events deliveries are pre-settled and dropped without credit;
 //! Events-Store deliveries are pre-settled and wait for credit (start position from
 //! `x-opt-kubemq-start`); a queue link takes from the queue only what its credit allows
-//! (`fit_credit`), accepted/rejected → Ack, released/modified → Nack (requeue, receive count
-//! +1), and a detach or close gives back everything unsettled.
+//! (`fit_credit`: its subscription's prefetch follows unsettled + credit, down to 0),
+//! accepted/rejected → Ack, released/modified → Nack (requeue, receive count +1), a detach or
+//! close gives back everything unsettled, and each delivery carries the header §3.7 asks for
+//! (delivery-count = ReceiveCount − 1, first-acquirer = (ReceiveCount == 1)).
 //!
 //! Seed 002's special rows and RPC (§3.6): a dynamic receiver gets a minted
 //! `_amqp10.tmp.<conn>.<uuid>` node of this connection (fed by this connection only, gone with
@@ -216,9 +218,6 @@ const WINDOW: u32 = 1 << 20;
 /// read batch leaves half of it or less, so a peer that keeps within the window it was
 /// granted never waits long and never hits the limit.
 pub const INCOMING_WINDOW: u32 = 4096;
-/// Array subscriptions one queue link may open as its credit grows; past it the link waits for
-/// the ones it has to free up (a peer that raises its credit this often without settling).
-const MAX_SUBS_PER_LINK: usize = 16;
 /// Room kept in each outgoing frame for the TRANSFER performative itself.
 const TRANSFER_OVERHEAD: usize = 128;
 
@@ -234,15 +233,17 @@ struct Link {
     target: Target,
     pattern: Pattern,
     channel: Channel,
-    /// Sender side: the array subscriptions that feed this link, each with the prefetch it
-    /// was opened with. Events: one, opened at attach. Queues: opened as the peer grants
-    /// credit, so the array hands this link no more than its credit allows (`fit_credit`).
+    /// Sender side: the array subscriptions that feed this link, each with the prefetch the
+    /// array was last told. Events: one, opened at attach. Queues: one, opened once the peer
+    /// grants credit, its prefetch then kept at unsettled + credit (`fit_credit`), so the
+    /// array hands this link no more than its credit allows.
     subs: Vec<(SubNo, u32)>,
     /// Sender side: credit left and deliveries sent (the link's delivery-count).
     credit: u32,
     delivery_count: u32,
-    /// Queue messages received from the array, waiting for credit: (message, sub, tag).
-    pending: VecDeque<(Arc<Message>, SubNo, u64)>,
+    /// Messages waiting for credit (Events-Store, dynamic nodes). A queue message goes out as
+    /// it arrives, or back to the queue when there is no credit: never held here for long.
+    pending: VecDeque<Waiting>,
     /// Queue deliveries sent and not yet settled by the peer.
     unsettled: u32,
     /// Receiver side: the message being assembled from `more` frames, its delivery id, and
@@ -260,6 +261,23 @@ struct Link {
     /// Sender side: the peer asked for `snd-settle-mode=settled`, so queue messages go out
     /// settled and are acknowledged as they are sent (seed 002's at-most-once queue consumer).
     presettled: bool,
+}
+
+/// A message waiting in a link for credit.
+struct Waiting {
+    msg: Arc<Message>,
+    sub: SubNo,
+    /// The array's delivery tag (queues; 0 otherwise).
+    tag: u64,
+    /// Queues: the delivery's receive count (1 = first), for the header section.
+    receive_count: u32,
+}
+
+impl Waiting {
+    /// A pre-settled delivery with no tag (Events-Store, dynamic nodes).
+    fn settled(msg: Arc<Message>, sub: SubNo) -> Waiting {
+        Waiting { msg, sub, tag: 0, receive_count: 0 }
+    }
 }
 
 #[derive(Default)]
@@ -955,25 +973,27 @@ impl Machine {
         }
     }
 
-    /// A queue link's credit changed: opens one more array subscription if what the array
-    /// may hand this link (the prefetch of its subscriptions) is less than what the peer
-    /// allows (unsettled + waiting + credit, at most MaxUnsettledPerLink). The array never
-    /// gives a subscription more than its prefetch unsettled, so a peer that grants credit 1
-    /// and never settles holds one message, and the queue's other consumers get the rest.
+    /// A queue link's credit changed: its array subscription is opened (once the peer grants
+    /// credit) or its prefetch set to what the peer allows now, unsettled + credit (at most
+    /// MaxUnsettledPerLink), down to 0. §3.7's consume is a credit-driven Get (MaxItems =
+    /// min(credit, …)); a prefetch that follows credit is the same for a push subscription: a
+    /// peer that grants credit 1 and never settles holds one message, and one that settled
+    /// its last credit holds none, so the queue's other consumers get the rest.
     fn fit_credit(&mut self, ch: u16, handle: u32, out: &mut Out) {
         let max = self.s.max_unsettled_per_link;
         let Some(link) = self.sessions.get_mut(&ch).and_then(|s| s.links.get_mut(&handle)) else { return };
-        if link.pattern != Pattern::Queues || link.role != ServerRole::Sender || link.subs.len() >= MAX_SUBS_PER_LINK {
+        if link.pattern != Pattern::Queues || link.role != ServerRole::Sender {
             return;
         }
-        let allowed = (link.unsettled as u64 + link.pending.len() as u64 + link.credit as u64).min(max as u64) as u32;
-        let have: u32 = link.subs.iter().map(|(_, p)| *p).sum();
-        if allowed <= have {
+        if !link.subs.is_empty() {
+            return retune(link, max, out);
+        }
+        let prefetch = window(link, max);
+        if prefetch == 0 {
             return;
         }
         let sub = SubNo(self.next_sub);
         self.next_sub += 1;
-        let prefetch = allowed - have;
         link.subs.push((sub, prefetch));
         self.subs.insert(sub, (ch, handle));
         let op = ArrayOp::Subscribe {
@@ -990,6 +1010,7 @@ impl Machine {
 
     fn on_flow(&mut self, ch: u16, f: Flow, out: &mut Out) {
         let max_frame = self.peer_max_frame as usize;
+        let max_window = self.s.max_unsettled_per_link;
         let Some(sess) = self.sessions.get_mut(&ch) else { return self.fail_connection(AmqpError::NotAllowed, out) };
         let Some(handle) = f.handle.map(|h| h.0) else {
             if f.echo {
@@ -1002,10 +1023,13 @@ impl Machine {
         if link.role != ServerRole::Sender {
             return;
         }
-        // credit = the receiver's delivery-count + its credit - ours (part 2.6.7).
+        // credit = the receiver's delivery-count + its credit - ours (part 2.6.7); below 0
+        // (transfers the receiver had not seen yet used it all) is 0, not a wrapped u32.
         let theirs = f.delivery_count.unwrap_or(0);
-        link.credit = theirs.wrapping_add(f.link_credit.unwrap_or(0)).wrapping_sub(link.delivery_count);
-        pump(sess, ch, handle, max_frame, out);
+        let granted = f.link_credit.unwrap_or(0);
+        let credit = theirs.wrapping_add(granted).wrapping_sub(link.delivery_count);
+        link.credit = if credit > granted { 0 } else { credit };
+        pump(sess, ch, handle, max_frame, max_window, out);
         let link = sess.links.get_mut(&handle).expect("still there");
         if f.drain && link.credit > 0 {
             link.delivery_count = link.delivery_count.wrapping_add(link.credit);
@@ -1139,10 +1163,17 @@ impl Machine {
                 by_sub.entry((handle, sub.0)).or_default().push(tag);
             }
         }
-        for ((handle, sub), tags) in by_sub {
-            if let Some(link) = sess.links.get_mut(&handle) {
-                out.counts.dispositions[outcome] += tags.len() as u64;
+        // Each link's lower prefetch goes to the array ahead of the settlements that free its
+        // room: an Ack first would let the array hand the link a message it has no credit for.
+        for ((handle, _), tags) in &by_sub {
+            if let Some(link) = sess.links.get_mut(handle) {
                 link.unsettled = link.unsettled.saturating_sub(tags.len() as u32);
+                retune(link, self.s.max_unsettled_per_link, out);
+            }
+        }
+        for ((handle, sub), tags) in by_sub {
+            if let Some(link) = sess.links.get(&handle) {
+                out.counts.dispositions[outcome] += tags.len() as u64;
                 out.ops.push((ArrayOp::Settle { sub: SubNo(sub), channel: link.channel.clone(), tags, action: action.clone() }, None));
             }
         }
@@ -1154,7 +1185,8 @@ impl Machine {
     /// `amqp:resource-limit-exceeded` (§3.8) and the message is lost for it (false).
     pub fn deliver_event(&mut self, sub: SubNo, msg: &Arc<Message>, out: &mut Out) -> bool {
         let max_frame = self.peer_max_frame as usize;
-        let max_waiting = self.s.max_unsettled_per_link as usize;
+        let max_window = self.s.max_unsettled_per_link;
+        let max_waiting = max_window as usize;
         let Some(&(ch, handle)) = self.subs.get(&sub) else { return false };
         let Some(sess) = self.sessions.get_mut(&ch) else { return false };
         let Some(link) = sess.links.get_mut(&handle) else { return false };
@@ -1175,8 +1207,8 @@ impl Machine {
                 self.drop_link(link, out);
                 return false;
             }
-            link.pending.push_back((Arc::clone(msg), sub, 0));
-            pump(sess, ch, handle, max_frame, out);
+            link.pending.push_back(Waiting::settled(Arc::clone(msg), sub));
+            pump(sess, ch, handle, max_frame, max_window, out);
             return true;
         }
         if link.credit == 0 {
@@ -1186,7 +1218,7 @@ impl Machine {
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
         out.counts.transfers_out[counts::P_EVENTS] += 1;
-        send_message(sess, ch, handle, msg, true, max_frame, out);
+        send_message(sess, ch, handle, msg, None, true, max_frame, out);
         true
     }
 
@@ -1282,15 +1314,16 @@ impl Machine {
     /// waiting there up to MaxUnsettledPerLink. False if the link is gone or full.
     fn deliver_settled(&mut self, sub: SubNo, msg: Arc<Message>, out: &mut Out) -> bool {
         let max_frame = self.peer_max_frame as usize;
-        let max_waiting = self.s.max_unsettled_per_link as usize;
+        let max_window = self.s.max_unsettled_per_link;
+        let max_waiting = max_window as usize;
         let Some(&(ch, handle)) = self.subs.get(&sub) else { return false };
         let Some(sess) = self.sessions.get_mut(&ch) else { return false };
         let Some(link) = sess.links.get_mut(&handle) else { return false };
         if self.phase != Phase::Open || link.pending.len() >= max_waiting {
             return false;
         }
-        link.pending.push_back((msg, sub, 0));
-        pump(sess, ch, handle, max_frame, out);
+        link.pending.push_back(Waiting::settled(msg, sub));
+        pump(sess, ch, handle, max_frame, max_window, out);
         true
     }
 
@@ -1356,17 +1389,26 @@ impl Machine {
         self.deliver_settled(sub, Arc::new(msg), out)
     }
 
-    /// A queue delivery: held by the link until credit lets it go. False if the link is gone.
-    pub fn deliver_queue(&mut self, sub: SubNo, msg: &Arc<Message>, tag: u64, out: &mut Out) -> bool {
+    /// A queue delivery, the message's `receive_count`-th (1 = first): sent at once with
+    /// credit, else given back to the queue (a Release: it reached the link after the peer's
+    /// credit went, e.g. a drain or a lower FLOW overtook it, and the prefetch already
+    /// excludes it, so the array hands it to another consumer). False if the link is gone.
+    pub fn deliver_queue(&mut self, sub: SubNo, msg: &Arc<Message>, tag: u64, receive_count: u32, out: &mut Out) -> bool {
         let max_frame = self.peer_max_frame as usize;
+        let max_window = self.s.max_unsettled_per_link;
         let Some(&(ch, handle)) = self.subs.get(&sub) else { return false };
         let Some(sess) = self.sessions.get_mut(&ch) else { return false };
         let Some(link) = sess.links.get_mut(&handle) else { return false };
         if self.phase != Phase::Open {
             return false;
         }
-        link.pending.push_back((Arc::clone(msg), sub, tag));
-        pump(sess, ch, handle, max_frame, out);
+        if link.credit == 0 {
+            let op = ArrayOp::Settle { sub, channel: link.channel.clone(), tags: vec![tag], action: Settle::Release };
+            out.ops.push((op, None));
+            return true;
+        }
+        link.pending.push_back(Waiting { msg: Arc::clone(msg), sub, tag, receive_count });
+        pump(sess, ch, handle, max_frame, max_window, out);
         true
     }
 
@@ -1435,41 +1477,76 @@ impl Machine {
 }
 
 /// Sends the link's waiting messages while it has credit: queue messages unsettled (each
-/// remembered for its disposition), Events-Store messages pre-settled.
-fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) {
+/// remembered for its disposition) or, on a pre-settled queue link, settled and acknowledged
+/// as they go (behind the lower prefetch, as in `on_disposition`); Events-Store messages
+/// pre-settled.
+fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, max_window: u32, out: &mut Out) {
+    let mut acks: Vec<u64> = Vec::new();
     loop {
         let Some(link) = sess.links.get_mut(&handle) else { return };
         if link.credit == 0 {
-            return;
+            break;
         }
-        let Some((msg, sub, tag)) = link.pending.pop_front() else { return };
+        let Some(w) = link.pending.pop_front() else { break };
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
         out.counts.transfers_out[link_label(link)] += 1;
         if link.pattern != Pattern::Queues {
-            link.last_seq = link.last_seq.max(msg.sequence);
-            send_message(sess, ch, handle, &msg, true, max_frame, out);
+            link.last_seq = link.last_seq.max(w.msg.sequence);
+            send_message(sess, ch, handle, &w.msg, None, true, max_frame, out);
             continue;
         }
         if link.presettled {
             // At most once: acknowledged to the array as it goes out settled.
-            let channel = link.channel.clone();
-            send_message(sess, ch, handle, &msg, true, max_frame, out);
-            out.ops.push((ArrayOp::Settle { sub, channel, tags: vec![tag], action: Settle::Ack }, None));
+            send_message(sess, ch, handle, &w.msg, Some(w.receive_count), true, max_frame, out);
+            acks.push(w.tag);
             continue;
         }
         link.unsettled += 1;
-        let id = send_message(sess, ch, handle, &msg, false, max_frame, out);
-        sess.unsettled.insert(id, (handle, sub, tag));
+        let id = send_message(sess, ch, handle, &w.msg, Some(w.receive_count), false, max_frame, out);
+        sess.unsettled.insert(id, (handle, w.sub, w.tag));
+    }
+    if acks.is_empty() {
+        return;
+    }
+    let Some(link) = sess.links.get_mut(&handle) else { return };
+    retune(link, max_window, out);
+    if let Some(&(sub, _)) = link.subs.first() {
+        out.ops.push((ArrayOp::Settle { sub, channel: link.channel.clone(), tags: acks, action: Settle::Ack }, None));
+    }
+}
+
+/// What a queue link lets the array hand it: unsettled + waiting + credit, at most `max`
+/// (MaxUnsettledPerLink).
+fn window(link: &Link, max: u32) -> u32 {
+    (u64::from(link.unsettled) + link.pending.len() as u64 + u64::from(link.credit)).min(u64::from(max)) as u32
+}
+
+/// Sets a queue link's subscription prefetch to its [`window`] when that changed (up or down,
+/// 0 included). Pushed before any settlement that frees room, so the array never sees the
+/// room before the lower prefetch.
+fn retune(link: &mut Link, max: u32, out: &mut Out) {
+    if link.pattern != Pattern::Queues || link.role != ServerRole::Sender {
+        return;
+    }
+    let want = window(link, max);
+    let Some((sub, prefetch)) = link.subs.first_mut() else { return };
+    if *prefetch != want {
+        *prefetch = want;
+        out.ops.push((ArrayOp::Prefetch { sub: *sub, channel: link.channel.clone(), prefetch: want }, None));
     }
 }
 
 /// Writes one message as one or more TRANSFER frames within the peer's max-frame-size;
-/// returns its delivery id.
-fn send_message(sess: &mut Sess, ch: u16, handle: u32, msg: &Message, settled: bool, max_frame: usize, out: &mut Out) -> u32 {
+/// returns its delivery id. `receive_count`: a queue delivery's, for its header section.
+#[allow(clippy::too_many_arguments)]
+fn send_message(sess: &mut Sess, ch: u16, handle: u32, msg: &Message, receive_count: Option<u32>, settled: bool, max_frame: usize, out: &mut Out) -> u32 {
     let id = sess.next_delivery_id;
     sess.next_delivery_id = sess.next_delivery_id.wrapping_add(1);
-    let payload = mapping::encode(&msg.id, &msg.body, &msg.tags, &msg.metadata);
+    let payload = match receive_count {
+        Some(n) => mapping::encode_queue(&msg.id, &msg.body, &msg.tags, &msg.metadata, n),
+        None => mapping::encode(&msg.id, &msg.body, &msg.tags, &msg.metadata),
+    };
     let chunk = max_frame.saturating_sub(frame::HEADER_LEN + TRANSFER_OVERHEAD).max(64);
     let mut parts = payload.chunks(chunk).peekable();
     let mut first = true;

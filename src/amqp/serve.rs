@@ -186,9 +186,9 @@ impl Endpoint for AmqpConn {
         }
     }
 
-    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, _owner: CoreId, tag: u64, _redelivered: bool) -> bool {
+    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, _owner: CoreId, tag: u64, receive_count: u32) -> bool {
         let mut taken = false;
-        self.with_machine(core, |m, out| taken = m.deliver_queue(sub, msg, tag, out));
+        self.with_machine(core, |m, out| taken = m.deliver_queue(sub, msg, tag, receive_count, out));
         taken
     }
 

@@ -341,11 +341,14 @@ fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them(
         }
         other => panic!("{other:?}"),
     };
-    // The peer lowers its credit to 1 before anything arrived (credit is the latest FLOW's).
-    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    // The peer lowers its credit to 1 before anything arrived: so does the prefetch.
+    let out = p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { sub: s, prefetch: 1, .. }, None)] if *s == sub), "{:?}", out.ops);
     let mut out = Out::default();
-    assert!(p.m.deliver_queue(sub, &queue_msg(b"one"), 11, &mut out));
-    assert!(p.m.deliver_queue(sub, &queue_msg(b"two"), 12, &mut out));
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"one"), 11, 1, &mut out));
+    // "two" was on its way before the lower prefetch: no credit for it, so it goes back.
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"two"), 12, 1, &mut out));
+    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Release, .. }, None)] if tags == &vec![12]), "{:?}", out.ops);
     p.got.extend_from_slice(&out.write);
     let frames = p.frames();
     assert_eq!(frames.len(), 1, "one credit, one message");
@@ -356,18 +359,57 @@ fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them(
         }
         other => panic!("{other:?}"),
     }
+    // Settled with no credit left: the prefetch drops to 0 *before* the Ack reaches the array.
     let settle = |state| Disposition { role: Role::Receiver, first: 0, last: None, settled: true, state: Some(state), batchable: false };
     let out = p.send(0, Performative::Disposition(settle(DeliveryState::Accepted(Accepted {}))), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Ack, .. }, None)] if tags == &vec![11]));
-    let out = p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
-    assert_eq!(p.frames().len(), 1, "the waiting message goes out");
-    assert!(out.ops.is_empty(), "the prefetch of 2 still covers what the peer allows: {:?}", out.ops);
+    assert!(
+        matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 0, .. }, None), (ArrayOp::Settle { tags, action: Settle::Ack, .. }, None)] if tags == &vec![11]),
+        "{:?}",
+        out.ops
+    );
+    let mut more = credit(1, 2, false);
+    more.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(more), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 2, .. }, None)]), "{:?}", out.ops);
+    let mut out = Out::default();
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"two"), 13, 2, &mut out));
+    p.got.extend_from_slice(&out.write);
+    assert_eq!(p.frames().len(), 1);
     let released = Disposition { first: 1, ..settle(DeliveryState::Released(Released {})) };
     let out = p.send(0, Performative::Disposition(released), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Nack, .. }, None)] if tags == &vec![12]));
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 1, .. }, None), (ArrayOp::Settle { tags, action: Settle::Nack, .. }, None)] if tags == &vec![13]), "{:?}", out.ops);
     // Detach: the subscription ends (the array requeues what it still held).
     let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
     assert!(matches!(&out.ops[..], [(ArrayOp::Unsubscribe { .. }, None)]));
+}
+
+#[test]
+fn a_queue_delivery_carries_the_header_of_its_receive_count() {
+    let mut p = Peer::opened(Settings::default());
+    p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
+    p.performatives();
+    let out = p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
+    let [(ArrayOp::Subscribe { sub, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    let sub = *sub;
+    let mut out = Out::default();
+    p.m.deliver_queue(sub, &queue_msg(b"first"), 1, 1, &mut out);
+    p.m.deliver_queue(sub, &queue_msg(b"third"), 2, 3, &mut out);
+    p.got.extend_from_slice(&out.write);
+    let headers: Vec<_> = p
+        .frames()
+        .into_iter()
+        .map(|f| match f {
+            Frame::Amqp { payload, .. } => {
+                use fe2o3_amqp_types::messaging::message::__private::Deserializable;
+                use fe2o3_amqp_types::messaging::{Body, Message};
+                let Deserializable(m): Deserializable<Message<Body<serde_amqp::Value>>> = serde_amqp::from_slice(&payload).unwrap();
+                let h = m.header.expect("a header section");
+                (h.first_acquirer, h.delivery_count)
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(headers, vec![(true, 0), (false, 2)]);
 }
 
 #[test]
@@ -508,51 +550,51 @@ fn a_jwt_identity_is_the_one_the_rules_see() {
 }
 
 #[test]
-fn a_queue_link_takes_from_the_queue_only_what_its_credit_allows() {
+fn a_queue_link_prefetch_follows_unsettled_plus_credit() {
     let mut p = Peer::opened(Settings { max_unsettled_per_link: 8, ..Settings::default() });
     p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
     p.performatives();
+    // Credit 0: no subscription at all.
+    let out = p.send(0, Performative::Flow(credit(1, 0, false)), &[]);
+    assert!(out.ops.is_empty(), "{:?}", out.ops);
     // Credit 1, never settled: the array may hand this link one message, no more.
     let out = p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
-    let first = match &out.ops[..] {
+    let sub = match &out.ops[..] {
         [(ArrayOp::Subscribe { sub, prefetch: 1, .. }, None)] => *sub,
         other => panic!("{other:?}"),
     };
     let mut out = Out::default();
-    assert!(p.m.deliver_queue(first, &queue_msg(b"one"), 1, &mut out));
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"one"), 1, 1, &mut out));
     p.got.extend_from_slice(&out.write);
     assert_eq!(p.frames().len(), 1);
-    // Credit used up: a FLOW echo with credit 0 asks for nothing more.
+    // Credit used up: a FLOW echo with credit 0 changes nothing (1 unsettled + 0).
     let mut zero = credit(1, 0, false);
     zero.delivery_count = Some(1);
     let out = p.send(0, Performative::Flow(zero), &[]);
     assert!(out.ops.is_empty(), "{:?}", out.ops);
-    // Three more credit while one is unsettled: one more subscription, for exactly three.
+    // Three more credit while one is unsettled: prefetch 4, on the same subscription.
     let mut three = credit(1, 3, false);
     three.delivery_count = Some(1);
     let out = p.send(0, Performative::Flow(three), &[]);
-    let second = match &out.ops[..] {
-        [(ArrayOp::Subscribe { sub, prefetch: 3, .. }, None)] => *sub,
-        other => panic!("{other:?}"),
-    };
-    assert_ne!(first, second);
-    // Never past MaxUnsettledPerLink (8): 1 unsettled + 3 + 100 credit asks for 4 more.
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { sub: s, prefetch: 4, .. }, None)] if *s == sub), "{:?}", out.ops);
+    // Never past MaxUnsettledPerLink (8).
     let mut lots = credit(1, 100, false);
     lots.delivery_count = Some(1);
     let out = p.send(0, Performative::Flow(lots), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { prefetch: 4, .. }, None)]), "{:?}", out.ops);
-    // A delivery on the second subscription settles through it.
-    let mut out = Out::default();
-    assert!(p.m.deliver_queue(second, &queue_msg(b"two"), 2, &mut out));
-    p.got.extend_from_slice(&out.write);
-    assert_eq!(p.frames().len(), 1);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 8, .. }, None)]), "{:?}", out.ops);
+    // A drain takes the credit away: the prefetch falls back to the one unsettled.
+    let mut drain = credit(1, 100, true);
+    drain.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(drain), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 1, .. }, None)]), "{:?}", out.ops);
+    // Settling it leaves nothing: prefetch 0 ahead of the Ack.
     let accepted =
-        Disposition { role: Role::Receiver, first: 1, last: None, settled: true, state: Some(DeliveryState::Accepted(Accepted {})), batchable: false };
+        Disposition { role: Role::Receiver, first: 0, last: None, settled: true, state: Some(DeliveryState::Accepted(Accepted {})), batchable: false };
     let out = p.send(0, Performative::Disposition(accepted), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { sub, tags, action: Settle::Ack, .. }, None)] if *sub == second && tags == &vec![2]), "{:?}", out.ops);
-    // Detach ends every subscription: the array requeues the unsettled "one".
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 0, .. }, None), (ArrayOp::Settle { action: Settle::Ack, .. }, None)]), "{:?}", out.ops);
+    // Detach ends the one subscription.
     let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
-    assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })).count(), 3, "{:?}", out.ops);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Unsubscribe { .. }, None)]), "{:?}", out.ops);
 }
 
 fn store_attach(handle: u32, start: Option<&str>) -> Attach {
@@ -744,8 +786,13 @@ fn a_presettled_queue_consumer_gets_settled_transfers_acknowledged_as_sent() {
         other => panic!("{other:?}"),
     };
     let mut out = Out::default();
-    assert!(p.m.deliver_queue(sub, &queue_msg(b"once"), 7, &mut out));
-    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { sub: s, tags, action: Settle::Ack, .. }, None)] if *s == sub && tags == &vec![7]), "{:?}", out.ops);
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"once"), 7, 1, &mut out));
+    // Acknowledged as sent, behind the prefetch it leaves (credit 1 now).
+    assert!(
+        matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 1, .. }, None), (ArrayOp::Settle { sub: s, tags, action: Settle::Ack, .. }, None)] if *s == sub && tags == &vec![7]),
+        "{:?}",
+        out.ops
+    );
     p.got.extend_from_slice(&out.write);
     assert!(matches!(&p.performatives()[..], [Performative::Transfer(t)] if t.settled == Some(true)));
     // Nothing is left to give back at detach.
@@ -1342,7 +1389,7 @@ fn transfers_dispositions_drops_and_errors_are_counted_exactly() {
     let mut outs = Vec::new();
     for (tag, body) in [(1, &b"a"[..]), (2, b"b"), (3, b"c")] {
         let mut o = Out::default();
-        p.m.deliver_queue(sub, &queue_msg(if body == b"a" { b"a" } else { b"b" }), tag, &mut o);
+        p.m.deliver_queue(sub, &queue_msg(if body == b"a" { b"a" } else { b"b" }), tag, 1, &mut o);
         outs.push(o);
     }
     let settle = |first, state| Disposition { role: Role::Receiver, first, last: None, settled: true, state: Some(state), batchable: false };
