@@ -19,7 +19,10 @@
 //!
 //! Seed 002's special rows and RPC (§3.6): a dynamic receiver gets a minted
 //! `_amqp10.tmp.<conn>.<uuid>` node of this connection (fed by this connection only, gone with
-//! its link); a null-target sender routes each message by `to` ([`route_to`]) with a Write check
+//! its link); a dynamic sender (target.dynamic) gets one too, a node-local mailbox of no
+//! pattern and no channel, which a receiver of this connection reads by attaching to its
+//! address (without a reader a message to it is rejected `amqp:precondition-failed`, as for
+//! any unreachable node; gone with the sender's link); a null-target sender routes each message by `to` ([`route_to`]) with a Write check
 //! per message; a sender on `commands/`/`queries/` sends requests whose `reply-to` must be one
 //! of this connection's dynamic nodes ([`Machine::deliver_rpc_reply`] brings the outcome); a
 //! receiver there is a responder ([`ResponderOp`], [`Machine::deliver_request`]) answering
@@ -310,8 +313,10 @@ pub struct Machine {
     /// Unsettled incoming transfers waiting for the array: token → (channel, delivery id,
     /// link handle).
     tokens: AHashMap<u64, (u16, u32, u32)>,
-    /// This connection's dynamic nodes, each read by one link (its subscription number).
+    /// This connection's dynamic nodes that have a reader: the reading link's subscription.
     dynamic: AHashMap<DynamicAddress, SubNo>,
+    /// The nodes minted for dynamic *targets* (senders), read or not yet.
+    minted_targets: ahash::AHashSet<DynamicAddress>,
     /// RPC requests sent and not answered yet (RpcMaxPending, §3.6).
     rpc_pending: u32,
     /// Numbers the message ids of RPC replies (`reply-<n>`).
@@ -347,6 +352,7 @@ impl Machine {
             next_token: 1,
             tokens: AHashMap::new(),
             dynamic: AHashMap::new(),
+            minted_targets: ahash::AHashSet::new(),
             rpc_pending: 0,
             next_reply: 1,
             peer_idle_timeout_ms: None,
@@ -704,6 +710,13 @@ impl Machine {
             return self.refuse_attach(ch, a, AmqpError::NotImplemented, out);
         }
         let role = if a.role == Role::Sender { PeerRole::Sender } else { PeerRole::Receiver };
+        // A receiver on a node this connection minted for a dynamic target, with no reader yet:
+        // it reads the node's mailbox (no channel, no authorization, as the node itself).
+        if let Some(addr) = self.target_node_to_read(&a) {
+            let channel = Channel(Bytes::from(addr.to_string()));
+            let feed = Feed { start: StartAt::NewOnly, durable: None, selector: None };
+            return self.open_link(ch, a, ServerRole::Sender, Pattern::Reply, channel, feed, Target::Dynamic(addr), out);
+        }
         let judged = {
             let (address, dynamic, caps, copy, selector) = match role {
                 PeerRole::Receiver => match a.source.as_deref() {
@@ -753,13 +766,18 @@ impl Machine {
                 // 002, *Server role and authorization*); the pattern is only a placeholder.
                 Node::Responses { request_id } => Ok((plan.server_role, Pattern::Commands, Channel::default(), Target::Responses(request_id))),
                 Node::Anonymous => Ok((plan.server_role, Pattern::Queues, Channel::default(), Target::Anonymous)),
-                // A peer receiver's reply node. A dynamic *target* (a node the peer writes to
-                // and nobody can read, since a fixed attach never names a dynamic node) is
-                // refused.
-                Node::MintDynamic if plan.server_role == ServerRole::Sender => {
+                // Seed 002, "Dynamic terminus": a node minted and echoed, for a peer receiver
+                // (its reply node, read by this link) or a peer sender (a mailbox this link
+                // writes to, read by a receiver that attaches to its address).
+                Node::MintDynamic => {
                     let addr = DynamicAddress { conn: self.s.conn, id: super::address::random_id() };
-                    if let Some(source) = a.source.as_mut() {
-                        source.address = Some(addr.to_string());
+                    match a.target.as_deref_mut() {
+                        Some(TargetArchetype::Target(t)) if plan.server_role == ServerRole::Receiver => t.address = Some(addr.to_string()),
+                        _ => {
+                            if let Some(source) = a.source.as_mut() {
+                                source.address = Some(addr.to_string());
+                            }
+                        }
                     }
                     Ok((plan.server_role, Pattern::Reply, Channel(Bytes::from(addr.to_string())), Target::Dynamic(addr)))
                 }
@@ -810,6 +828,19 @@ impl Machine {
             }
             Err(cond) => self.refuse_attach(ch, a, cond, out),
         }
+    }
+
+    /// The node a receiver's ATTACH names when it is one this connection minted for a dynamic
+    /// target and nobody reads yet (one reader per node; a second attach is an ordinary bare
+    /// address, as any `_amqp10.tmp.…` address in a fixed attach).
+    fn target_node_to_read(&self, a: &Attach) -> Option<DynamicAddress> {
+        if a.role != Role::Receiver {
+            return None;
+        }
+        let source = a.source.as_deref().filter(|s| !s.dynamic)?;
+        let address = source.address.as_deref()?;
+        let addr: DynamicAddress = address.strip_prefix('/').unwrap_or(address).parse().ok()?;
+        (addr.conn == self.s.conn && self.minted_targets.contains(&addr) && !self.dynamic.contains_key(&addr)).then_some(addr)
     }
 
     /// Whether this connection's identity may do `access` on (`pattern`, `channel`) under the
@@ -922,6 +953,9 @@ impl Machine {
             }
             ServerRole::Receiver => {
                 link.granted = self.s.max_unsettled_per_link;
+                if let Target::Dynamic(addr) = target {
+                    self.minted_targets.insert(addr);
+                }
             }
         }
         let granted = link.granted;
@@ -960,6 +994,12 @@ impl Machine {
     fn drop_link(&mut self, link: Link, out: &mut Out) {
         if let Some(id) = &link.durable {
             self.s.durable.detach(id, link.last_seq);
+        }
+        // A dynamic target's node goes with the link that minted it (its reader, if any, stays
+        // attached and gets nothing more).
+        if let (ServerRole::Receiver, Target::Dynamic(addr)) = (link.role, &link.target) {
+            self.minted_targets.remove(addr);
+            self.dynamic.remove(addr);
         }
         for (sub, _) in link.subs {
             self.subs.remove(&sub);
@@ -1105,8 +1145,8 @@ impl Machine {
                 Ok(_) => return reject(out, ch, unsettled, AmqpError::PreconditionFailed),
                 Err(e) => return reject(out, ch, unsettled, e.condition()),
             },
-            // A server sender never receives transfers (checked above).
-            Target::Dynamic(_) => return reject(out, ch, unsettled, AmqpError::PreconditionFailed),
+            // A dynamic target's node: to its reader, if it has one.
+            Target::Dynamic(addr) => Dest::Dynamic(addr),
         };
         let (pattern, channel) = match dest {
             Dest::Channel(p @ (Pattern::Commands | Pattern::Queries), channel) => return self.request(ch, unsettled, p, channel, incoming, host, out),

@@ -812,12 +812,44 @@ fn rcv_settle_mode_second_is_refused_not_implemented() {
 }
 
 #[test]
-fn a_dynamic_target_is_refused_not_implemented() {
-    let mut p = Peer::opened(Settings::default());
+fn a_dynamic_target_mints_a_mailbox_node_read_by_a_receiver_on_its_address() {
+    let mut p = Peer::opened(Settings { conn: 7, ..Settings::default() });
     let mut a = attach(1, Role::Sender, "");
     a.target = Some(Box::new(TargetArchetype::Target(Target::builder().dynamic(true).build())));
-    p.send(0, Performative::Attach(a), &[]);
-    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-implemented"));
+    let out = p.send(0, Performative::Attach(a), &[]);
+    assert!(out.ops.is_empty(), "no channel, nothing for the array: {:?}", out.ops);
+    let addr = match &p.performatives()[..] {
+        [Performative::Attach(r), Performative::Flow(_)] => match r.target.as_deref() {
+            Some(TargetArchetype::Target(t)) => t.address.clone().expect("the minted address echoed"),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    let parsed: DynamicAddress = addr.parse().expect("a dynamic node address");
+    assert_eq!(parsed.conn, 7);
+    // No reader yet: unreachable.
+    p.send(0, Performative::Transfer(transfer(1, 0, false, false)), &mapping::encode(b"m", b"early", &Default::default(), b""));
+    assert!(matches!(&p.performatives()[..], [Performative::Disposition(d)] if matches!(&d.state, Some(DeliveryState::Rejected(r)) if condition(&r.error) == "amqp:precondition-failed")));
+    // A receiver on the address reads the node; what the sender writes reaches it, accepted.
+    let out = p.send(0, Performative::Attach(attach(2, Role::Receiver, &addr)), &[]);
+    assert!(out.ops.is_empty(), "{:?}", out.ops);
+    p.performatives();
+    p.send(0, Performative::Flow(credit(2, 5, false)), &[]);
+    p.send(0, Performative::Transfer(transfer(1, 1, false, false)), &mapping::encode(b"m", b"hello", &Default::default(), b""));
+    let frames = p.frames();
+    let body = frames.iter().find_map(|f| match f {
+        Frame::Amqp { performative, payload, .. } if matches!(&**performative, Performative::Transfer(t) if t.settled == Some(true)) => Some(mapping::decode(payload).unwrap().body),
+        _ => None,
+    });
+    assert_eq!(body.as_deref(), Some(&b"hello"[..]));
+    assert!(frames.iter().any(|f| matches!(f, Frame::Amqp { performative, .. } if matches!(&**performative, Performative::Disposition(d) if matches!(d.state, Some(DeliveryState::Accepted(_)))))));
+    // The node goes with the sender's link: a message sent to it by `to` is unroutable.
+    p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
+    p.performatives();
+    p.send(0, Performative::Attach(null_target_attach(3)), &[]);
+    p.performatives();
+    p.send(0, Performative::Transfer(transfer(3, 2, false, false)), &props_msg(Some(&addr), None, None, None, &[]));
+    assert!(matches!(&p.performatives()[..], [Performative::Disposition(d)] if matches!(&d.state, Some(DeliveryState::Rejected(r)) if condition(&r.error) == "amqp:precondition-failed")));
 }
 
 #[test]
