@@ -141,6 +141,11 @@ pub struct Out {
     /// What this call counted for the `kubemq_amqp10_*` families (plain integers; the
     /// connection adds them to its core's).
     pub counts: AmqpCounts,
+    /// The limits this call refused something at, for
+    /// `stompgate_limit_refusals_total{transport="amqp",limit}` (names as STOMP's where the
+    /// limit is shared): `max_links_per_session`, `max_message_size`, `rpc_max_pending`,
+    /// `max_unsettled_per_link`. Empty (no allocation) but for a refusal.
+    pub limit_refusals: Vec<&'static str>,
 }
 
 /// A responder link (a peer receiver on `commands/<ch>` or `queries/<ch>`) starts or ends.
@@ -703,6 +708,7 @@ impl Machine {
         }
         // MaxLinksPerSession: past handle-max, or one link too many.
         if handle >= self.s.max_links_per_session || sess.links.len() >= self.s.max_links_per_session as usize {
+            out.limit_refusals.push("max_links_per_session");
             return self.refuse_attach(ch, a, AmqpError::ResourceLimitExceeded, out);
         }
         // §3.2: the receiver settles first, always; `rcv-settle-mode=second` is refused.
@@ -1106,6 +1112,7 @@ impl Machine {
         }
         let (mut buf, id, settled) = link.partial.take().unwrap_or_else(|| (BytesMut::new(), t.delivery_id, t.settled.unwrap_or(false)));
         if buf.len() + payload.len() > max_message {
+            out.limit_refusals.push("max_message_size");
             sess.links.remove(&handle);
             out.counts.errors[counts::S_LINK] += 1;
             let detach = Detach { handle: Handle(handle), closed: true, error: Some(error(AmqpError::MessageSizeExceeded)) };
@@ -1239,6 +1246,7 @@ impl Machine {
         }
         if link.pattern == Pattern::EventsStore {
             if link.pending.len() >= max_waiting {
+                out.limit_refusals.push("max_unsettled_per_link");
                 let link = sess.links.remove(&handle).expect("looked up above");
                 out.counts.events_store_dropped_stalled += link.pending.len() as u64 + 1;
                 out.counts.errors[counts::S_LINK] += 1;
@@ -1278,6 +1286,7 @@ impl Machine {
             .and_then(|a| self.dynamic.get(&a).copied());
         let Some(reply_sub) = reply_sub else { return reject(out, ch, id, AmqpError::NotAllowed) };
         if self.rpc_pending >= self.s.rpc_max_pending {
+            out.limit_refusals.push("rpc_max_pending");
             return reject(out, ch, id, AmqpError::ResourceLimitExceeded);
         }
         let default_ms = self.s.rpc_timeout_s.saturating_mul(1000);
@@ -1342,6 +1351,7 @@ impl Machine {
         };
         let msg = message_of(host, Channel(Bytes::from(addr.to_string())), self.client_id.clone(), incoming);
         if !self.deliver_settled(sub, Arc::new(msg), out) {
+            out.limit_refusals.push("max_unsettled_per_link");
             return reject(out, ch, id, AmqpError::ResourceLimitExceeded);
         }
         out.counts.transfers_in[counts::P_REPLY] += 1;

@@ -321,6 +321,7 @@ fn a_multi_frame_transfer_is_joined_and_one_over_max_message_size_detaches() {
     p.send(0, Performative::Transfer(transfer(0, 1, false, true)), &big[..200]);
     let out = p.send(0, Performative::Transfer(transfer(0, 1, false, false)), &big[200..]);
     assert!(out.ops.is_empty());
+    assert_eq!(out.limit_refusals, ["max_message_size"]);
     match &p.performatives()[..] {
         [Performative::Detach(d)] => assert_eq!(condition(&d.error), "amqp:link:message-size-exceeded"),
         other => panic!("{other:?}"),
@@ -907,7 +908,8 @@ fn a_request_needs_a_reply_node_of_its_connection_and_at_most_rpc_max_pending() 
     };
     assert!(matches!(&p.performatives()[..], [Performative::Disposition(Disposition { state: Some(DeliveryState::Accepted(_)), .. })]));
     // RpcMaxPending = 1: the next one is refused until the first is answered.
-    p.send(0, Performative::Transfer(transfer(2, 4, false, false)), &props_msg(None, Some(&addr), Some("corr-2"), Some(1), &[]));
+    let out = p.send(0, Performative::Transfer(transfer(2, 4, false, false)), &props_msg(None, Some(&addr), Some("corr-2"), Some(1), &[]));
+    assert_eq!(out.limit_refusals, ["rpc_max_pending"]);
     assert_eq!(rejected_with(&mut p), "amqp:resource-limit-exceeded");
     let mut out = Out::default();
     p.m.deliver_rpc_reply(reply_sub, Pattern::Commands, Some(Bytes::from_static(b"corr-1")), RpcOutcome::Timeout, &mut out);
@@ -1114,6 +1116,7 @@ fn attaches_past_max_links_per_session_are_refused_with_resource_limit_exceeded(
     for h in [5, 2] {
         let out = p.send(0, Performative::Attach(attach(h, Role::Receiver, "events/ok")), &[]);
         assert!(out.ops.is_empty());
+        assert_eq!(out.limit_refusals, ["max_links_per_session"], "counted once per refused attach");
         match &p.performatives()[..] {
             [Performative::Attach(_), Performative::Detach(d)] => assert_eq!(condition(&d.error), "amqp:resource-limit-exceeded"),
             other => panic!("{other:?}"),
