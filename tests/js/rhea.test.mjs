@@ -3,8 +3,8 @@
 // (the first is python-qpid-proton in tests/interop/test_amqp*.py), credit and drain, the four
 // settlement outcomes, a multi-frame message, Events-Store start positions and a durable
 // re-attach, a selector, RPC between two rhea links through responses/, and AMQP <-> STOMP on
-// one channel. A test marked `todo` asserts the seed where the gateway does otherwise (see the
-// reason given with it).
+// one channel, queue redelivery headers, a credit-following queue prefetch and a dynamic target.
+// A test marked `todo` would assert the seed where the gateway does otherwise (none today).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';

@@ -378,7 +378,11 @@ fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them(
     assert_eq!(p.frames().len(), 1);
     let released = Disposition { first: 1, ..settle(DeliveryState::Released(Released {})) };
     let out = p.send(0, Performative::Disposition(released), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 1, .. }, None), (ArrayOp::Settle { tags, action: Settle::Nack, .. }, None)] if tags == &vec![13]), "{:?}", out.ops);
+    assert!(
+        matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 1, .. }, None), (ArrayOp::Settle { tags, action: Settle::Nack, .. }, None)] if tags == &vec![13]),
+        "{:?}",
+        out.ops
+    );
     // Detach: the subscription ends (the array requeues what it still held).
     let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
     assert!(matches!(&out.ops[..], [(ArrayOp::Unsubscribe { .. }, None)]));
@@ -830,7 +834,9 @@ fn a_dynamic_target_mints_a_mailbox_node_read_by_a_receiver_on_its_address() {
     assert_eq!(parsed.conn, 7);
     // No reader yet: unreachable.
     p.send(0, Performative::Transfer(transfer(1, 0, false, false)), &mapping::encode(b"m", b"early", &Default::default(), b""));
-    assert!(matches!(&p.performatives()[..], [Performative::Disposition(d)] if matches!(&d.state, Some(DeliveryState::Rejected(r)) if condition(&r.error) == "amqp:precondition-failed")));
+    assert!(
+        matches!(&p.performatives()[..], [Performative::Disposition(d)] if matches!(&d.state, Some(DeliveryState::Rejected(r)) if condition(&r.error) == "amqp:precondition-failed"))
+    );
     // A receiver on the address reads the node; what the sender writes reaches it, accepted.
     let out = p.send(0, Performative::Attach(attach(2, Role::Receiver, &addr)), &[]);
     assert!(out.ops.is_empty(), "{:?}", out.ops);
@@ -839,7 +845,9 @@ fn a_dynamic_target_mints_a_mailbox_node_read_by_a_receiver_on_its_address() {
     p.send(0, Performative::Transfer(transfer(1, 1, false, false)), &mapping::encode(b"m", b"hello", &Default::default(), b""));
     let frames = p.frames();
     let body = frames.iter().find_map(|f| match f {
-        Frame::Amqp { performative, payload, .. } if matches!(&**performative, Performative::Transfer(t) if t.settled == Some(true)) => Some(mapping::decode(payload).unwrap().body),
+        Frame::Amqp { performative, payload, .. } if matches!(&**performative, Performative::Transfer(t) if t.settled == Some(true)) => {
+            Some(mapping::decode(payload).unwrap().body)
+        }
         _ => None,
     });
     assert_eq!(body.as_deref(), Some(&b"hello"[..]));
@@ -850,7 +858,9 @@ fn a_dynamic_target_mints_a_mailbox_node_read_by_a_receiver_on_its_address() {
     p.send(0, Performative::Attach(null_target_attach(3)), &[]);
     p.performatives();
     p.send(0, Performative::Transfer(transfer(3, 2, false, false)), &props_msg(Some(&addr), None, None, None, &[]));
-    assert!(matches!(&p.performatives()[..], [Performative::Disposition(d)] if matches!(&d.state, Some(DeliveryState::Rejected(r)) if condition(&r.error) == "amqp:precondition-failed")));
+    assert!(
+        matches!(&p.performatives()[..], [Performative::Disposition(d)] if matches!(&d.state, Some(DeliveryState::Rejected(r)) if condition(&r.error) == "amqp:precondition-failed"))
+    );
 }
 
 #[test]
