@@ -614,7 +614,8 @@ it('a redelivery shows delivery-count = ReceiveCount - 1 and first-acquirer = (R
   const [d] = await r.take(1);
   d.delivery.accept();
   assert.equal(b.message.delivery_count, 1, 'after one release');
-  assert.equal(b.message.first_acquirer, false);
+  // The encoder writes a field at its default as null (AMQP 1.0 part 1.4: null = the default).
+  assert.equal(b.message.first_acquirer ?? false, false);
   assert.equal(d.message.delivery_count, 2, 'after a release and a modified');
 });
 
