@@ -6,6 +6,7 @@
 mod common;
 
 mod admission;
+mod amqp_limit_refusals_counted;
 mod auth;
 mod channel_rule_over_the_wire;
 mod codec_props;

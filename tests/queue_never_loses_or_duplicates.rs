@@ -2,8 +2,9 @@
 //! deliver (the queue pushes to consumers with room), ack, nack, release, stale acks, ack
 //! timeouts and unsubscribes (a consumer gone) run against a simple model. After every step the
 //! queue's depth is the model's, no message is delivered while another consumer holds it or
-//! after it was acknowledged, a consumer never holds more than its prefetch, and `redelivered`
-//! is set exactly on second and later deliveries. At the end, whatever is left is drained:
+//! after it was acknowledged, a consumer never holds more than its prefetch, and each delivery's
+//! receive count is the number of deliveries of that message so far, this one included (so
+//! STOMP's `redelivered` is set exactly on second and later ones). At the end, whatever is left is drained:
 //! every sent message was acknowledged exactly once or moved to its dead-letter queue once,
 //! and every receipt was confirmed exactly once. Nothing is lost, nothing is duplicated.
 use bytes::Bytes;
@@ -158,7 +159,7 @@ impl Model {
         for (core, m) in out.drain(..) {
             prop_assert_eq!(core, CoreId(0));
             match m {
-                CoreMsg::QueueDeliver { sub: s, owner, tag, msg, redelivered } => {
+                CoreMsg::QueueDeliver { sub: s, owner, tag, msg, receive_count } => {
                     prop_assert_eq!(owner, CoreId(0));
                     let consumer = (0..CONSUMERS).find(|&c| sub(c) == s).expect("a known consumer");
                     let i: usize = std::str::from_utf8(&msg.id).unwrap().parse().unwrap();
@@ -166,7 +167,7 @@ impl Model {
                     prop_assert_eq!(m.state, State::Ready, "message {} delivered while {:?}", i, m.state);
                     prop_assert!(self.prefetch[consumer].is_some(), "delivery to unsubscribed consumer {}", consumer);
                     prop_assert!(!self.held.contains_key(&tag), "tag {} reused", tag);
-                    prop_assert_eq!(redelivered, m.deliveries > 0, "redelivered flag of message {}", i);
+                    prop_assert_eq!(receive_count, m.deliveries + 1, "receive count of message {}", i);
                     prop_assert!(m.max_receive == 0 || m.deliveries < m.max_receive, "message {} delivered past its limit", i);
                     m.deliveries += 1;
                     m.state = State::Held { consumer, tag, deadline: now + ACK_TIMEOUT };

@@ -12,12 +12,17 @@
 //! and Queues patterns. Events deliveries are pre-settled and dropped without credit;
 //! Events-Store deliveries are pre-settled and wait for credit (start position from
 //! `x-opt-kubemq-start`); a queue link takes from the queue only what its credit allows
-//! (`fit_credit`), accepted/rejected → Ack, released/modified → Nack (requeue, receive count
-//! +1), and a detach or close gives back everything unsettled.
+//! (`fit_credit`: its subscription's prefetch follows unsettled + credit, down to 0),
+//! accepted/rejected → Ack, released/modified → Nack (requeue, receive count +1), a detach or
+//! close gives back everything unsettled, and each delivery carries the header §3.7 asks for
+//! (delivery-count = ReceiveCount − 1, first-acquirer = (ReceiveCount == 1)).
 //!
 //! Seed 002's special rows and RPC (§3.6): a dynamic receiver gets a minted
 //! `_amqp10.tmp.<conn>.<uuid>` node of this connection (fed by this connection only, gone with
-//! its link); a null-target sender routes each message by `to` ([`route_to`]) with a Write check
+//! its link); a dynamic sender (target.dynamic) gets one too, a node-local mailbox of no
+//! pattern and no channel, which a receiver of this connection reads by attaching to its
+//! address (without a reader a message to it is rejected `amqp:precondition-failed`, as for
+//! any unreachable node; gone with the sender's link); a null-target sender routes each message by `to` ([`route_to`]) with a Write check
 //! per message; a sender on `commands/`/`queries/` sends requests whose `reply-to` must be one
 //! of this connection's dynamic nodes ([`Machine::deliver_rpc_reply`] brings the outcome); a
 //! receiver there is a responder ([`ResponderOp`], [`Machine::deliver_request`]) answering
@@ -136,6 +141,11 @@ pub struct Out {
     /// What this call counted for the `kubemq_amqp10_*` families (plain integers; the
     /// connection adds them to its core's).
     pub counts: AmqpCounts,
+    /// The limits this call refused something at, for
+    /// `stompgate_limit_refusals_total{transport="amqp",limit}` (names as STOMP's where the
+    /// limit is shared): `max_links_per_session`, `max_message_size`, `rpc_max_pending`,
+    /// `max_unsettled_per_link`. Empty (no allocation) but for a refusal.
+    pub limit_refusals: Vec<&'static str>,
 }
 
 /// A responder link (a peer receiver on `commands/<ch>` or `queries/<ch>`) starts or ends.
@@ -216,9 +226,6 @@ const WINDOW: u32 = 1 << 20;
 /// read batch leaves half of it or less, so a peer that keeps within the window it was
 /// granted never waits long and never hits the limit.
 pub const INCOMING_WINDOW: u32 = 4096;
-/// Array subscriptions one queue link may open as its credit grows; past it the link waits for
-/// the ones it has to free up (a peer that raises its credit this often without settling).
-const MAX_SUBS_PER_LINK: usize = 16;
 /// Room kept in each outgoing frame for the TRANSFER performative itself.
 const TRANSFER_OVERHEAD: usize = 128;
 
@@ -234,15 +241,17 @@ struct Link {
     target: Target,
     pattern: Pattern,
     channel: Channel,
-    /// Sender side: the array subscriptions that feed this link, each with the prefetch it
-    /// was opened with. Events: one, opened at attach. Queues: opened as the peer grants
-    /// credit, so the array hands this link no more than its credit allows (`fit_credit`).
+    /// Sender side: the array subscriptions that feed this link, each with the prefetch the
+    /// array was last told. Events: one, opened at attach. Queues: one, opened once the peer
+    /// grants credit, its prefetch then kept at unsettled + credit (`fit_credit`), so the
+    /// array hands this link no more than its credit allows.
     subs: Vec<(SubNo, u32)>,
     /// Sender side: credit left and deliveries sent (the link's delivery-count).
     credit: u32,
     delivery_count: u32,
-    /// Queue messages received from the array, waiting for credit: (message, sub, tag).
-    pending: VecDeque<(Arc<Message>, SubNo, u64)>,
+    /// Messages waiting for credit (Events-Store, dynamic nodes). A queue message goes out as
+    /// it arrives, or back to the queue when there is no credit: never held here for long.
+    pending: VecDeque<Waiting>,
     /// Queue deliveries sent and not yet settled by the peer.
     unsettled: u32,
     /// Receiver side: the message being assembled from `more` frames, its delivery id, and
@@ -260,6 +269,23 @@ struct Link {
     /// Sender side: the peer asked for `snd-settle-mode=settled`, so queue messages go out
     /// settled and are acknowledged as they are sent (seed 002's at-most-once queue consumer).
     presettled: bool,
+}
+
+/// A message waiting in a link for credit.
+struct Waiting {
+    msg: Arc<Message>,
+    sub: SubNo,
+    /// The array's delivery tag (queues; 0 otherwise).
+    tag: u64,
+    /// Queues: the delivery's receive count (1 = first), for the header section.
+    receive_count: u32,
+}
+
+impl Waiting {
+    /// A pre-settled delivery with no tag (Events-Store, dynamic nodes).
+    fn settled(msg: Arc<Message>, sub: SubNo) -> Waiting {
+        Waiting { msg, sub, tag: 0, receive_count: 0 }
+    }
 }
 
 #[derive(Default)]
@@ -292,8 +318,10 @@ pub struct Machine {
     /// Unsettled incoming transfers waiting for the array: token → (channel, delivery id,
     /// link handle).
     tokens: AHashMap<u64, (u16, u32, u32)>,
-    /// This connection's dynamic nodes, each read by one link (its subscription number).
+    /// This connection's dynamic nodes that have a reader: the reading link's subscription.
     dynamic: AHashMap<DynamicAddress, SubNo>,
+    /// The nodes minted for dynamic *targets* (senders), read or not yet.
+    minted_targets: ahash::AHashSet<DynamicAddress>,
     /// RPC requests sent and not answered yet (RpcMaxPending, §3.6).
     rpc_pending: u32,
     /// Numbers the message ids of RPC replies (`reply-<n>`).
@@ -329,6 +357,7 @@ impl Machine {
             next_token: 1,
             tokens: AHashMap::new(),
             dynamic: AHashMap::new(),
+            minted_targets: ahash::AHashSet::new(),
             rpc_pending: 0,
             next_reply: 1,
             peer_idle_timeout_ms: None,
@@ -679,6 +708,7 @@ impl Machine {
         }
         // MaxLinksPerSession: past handle-max, or one link too many.
         if handle >= self.s.max_links_per_session || sess.links.len() >= self.s.max_links_per_session as usize {
+            out.limit_refusals.push("max_links_per_session");
             return self.refuse_attach(ch, a, AmqpError::ResourceLimitExceeded, out);
         }
         // §3.2: the receiver settles first, always; `rcv-settle-mode=second` is refused.
@@ -686,6 +716,13 @@ impl Machine {
             return self.refuse_attach(ch, a, AmqpError::NotImplemented, out);
         }
         let role = if a.role == Role::Sender { PeerRole::Sender } else { PeerRole::Receiver };
+        // A receiver on a node this connection minted for a dynamic target, with no reader yet:
+        // it reads the node's mailbox (no channel, no authorization, as the node itself).
+        if let Some(addr) = self.target_node_to_read(&a) {
+            let channel = Channel(Bytes::from(addr.to_string()));
+            let feed = Feed { start: StartAt::NewOnly, durable: None, selector: None };
+            return self.open_link(ch, a, ServerRole::Sender, Pattern::Reply, channel, feed, Target::Dynamic(addr), out);
+        }
         let judged = {
             let (address, dynamic, caps, copy, selector) = match role {
                 PeerRole::Receiver => match a.source.as_deref() {
@@ -735,13 +772,18 @@ impl Machine {
                 // 002, *Server role and authorization*); the pattern is only a placeholder.
                 Node::Responses { request_id } => Ok((plan.server_role, Pattern::Commands, Channel::default(), Target::Responses(request_id))),
                 Node::Anonymous => Ok((plan.server_role, Pattern::Queues, Channel::default(), Target::Anonymous)),
-                // A peer receiver's reply node. A dynamic *target* (a node the peer writes to
-                // and nobody can read, since a fixed attach never names a dynamic node) is
-                // refused.
-                Node::MintDynamic if plan.server_role == ServerRole::Sender => {
+                // Seed 002, "Dynamic terminus": a node minted and echoed, for a peer receiver
+                // (its reply node, read by this link) or a peer sender (a mailbox this link
+                // writes to, read by a receiver that attaches to its address).
+                Node::MintDynamic => {
                     let addr = DynamicAddress { conn: self.s.conn, id: super::address::random_id() };
-                    if let Some(source) = a.source.as_mut() {
-                        source.address = Some(addr.to_string());
+                    match a.target.as_deref_mut() {
+                        Some(TargetArchetype::Target(t)) if plan.server_role == ServerRole::Receiver => t.address = Some(addr.to_string()),
+                        _ => {
+                            if let Some(source) = a.source.as_mut() {
+                                source.address = Some(addr.to_string());
+                            }
+                        }
                     }
                     Ok((plan.server_role, Pattern::Reply, Channel(Bytes::from(addr.to_string())), Target::Dynamic(addr)))
                 }
@@ -792,6 +834,19 @@ impl Machine {
             }
             Err(cond) => self.refuse_attach(ch, a, cond, out),
         }
+    }
+
+    /// The node a receiver's ATTACH names when it is one this connection minted for a dynamic
+    /// target and nobody reads yet (one reader per node; a second attach is an ordinary bare
+    /// address, as any `_amqp10.tmp.…` address in a fixed attach).
+    fn target_node_to_read(&self, a: &Attach) -> Option<DynamicAddress> {
+        if a.role != Role::Receiver {
+            return None;
+        }
+        let source = a.source.as_deref().filter(|s| !s.dynamic)?;
+        let address = source.address.as_deref()?;
+        let addr: DynamicAddress = address.strip_prefix('/').unwrap_or(address).parse().ok()?;
+        (addr.conn == self.s.conn && self.minted_targets.contains(&addr) && !self.dynamic.contains_key(&addr)).then_some(addr)
     }
 
     /// Whether this connection's identity may do `access` on (`pattern`, `channel`) under the
@@ -904,6 +959,9 @@ impl Machine {
             }
             ServerRole::Receiver => {
                 link.granted = self.s.max_unsettled_per_link;
+                if let Target::Dynamic(addr) = target {
+                    self.minted_targets.insert(addr);
+                }
             }
         }
         let granted = link.granted;
@@ -943,6 +1001,12 @@ impl Machine {
         if let Some(id) = &link.durable {
             self.s.durable.detach(id, link.last_seq);
         }
+        // A dynamic target's node goes with the link that minted it (its reader, if any, stays
+        // attached and gets nothing more).
+        if let (ServerRole::Receiver, Target::Dynamic(addr)) = (link.role, &link.target) {
+            self.minted_targets.remove(addr);
+            self.dynamic.remove(addr);
+        }
         for (sub, _) in link.subs {
             self.subs.remove(&sub);
             match (&link.target, link.pattern) {
@@ -955,25 +1019,27 @@ impl Machine {
         }
     }
 
-    /// A queue link's credit changed: opens one more array subscription if what the array
-    /// may hand this link (the prefetch of its subscriptions) is less than what the peer
-    /// allows (unsettled + waiting + credit, at most MaxUnsettledPerLink). The array never
-    /// gives a subscription more than its prefetch unsettled, so a peer that grants credit 1
-    /// and never settles holds one message, and the queue's other consumers get the rest.
+    /// A queue link's credit changed: its array subscription is opened (once the peer grants
+    /// credit) or its prefetch set to what the peer allows now, unsettled + credit (at most
+    /// MaxUnsettledPerLink), down to 0. §3.7's consume is a credit-driven Get (MaxItems =
+    /// min(credit, …)); a prefetch that follows credit is the same for a push subscription: a
+    /// peer that grants credit 1 and never settles holds one message, and one that settled
+    /// its last credit holds none, so the queue's other consumers get the rest.
     fn fit_credit(&mut self, ch: u16, handle: u32, out: &mut Out) {
         let max = self.s.max_unsettled_per_link;
         let Some(link) = self.sessions.get_mut(&ch).and_then(|s| s.links.get_mut(&handle)) else { return };
-        if link.pattern != Pattern::Queues || link.role != ServerRole::Sender || link.subs.len() >= MAX_SUBS_PER_LINK {
+        if link.pattern != Pattern::Queues || link.role != ServerRole::Sender {
             return;
         }
-        let allowed = (link.unsettled as u64 + link.pending.len() as u64 + link.credit as u64).min(max as u64) as u32;
-        let have: u32 = link.subs.iter().map(|(_, p)| *p).sum();
-        if allowed <= have {
+        if !link.subs.is_empty() {
+            return retune(link, max, out);
+        }
+        let prefetch = window(link, max);
+        if prefetch == 0 {
             return;
         }
         let sub = SubNo(self.next_sub);
         self.next_sub += 1;
-        let prefetch = allowed - have;
         link.subs.push((sub, prefetch));
         self.subs.insert(sub, (ch, handle));
         let op = ArrayOp::Subscribe {
@@ -990,6 +1056,7 @@ impl Machine {
 
     fn on_flow(&mut self, ch: u16, f: Flow, out: &mut Out) {
         let max_frame = self.peer_max_frame as usize;
+        let max_window = self.s.max_unsettled_per_link;
         let Some(sess) = self.sessions.get_mut(&ch) else { return self.fail_connection(AmqpError::NotAllowed, out) };
         let Some(handle) = f.handle.map(|h| h.0) else {
             if f.echo {
@@ -1002,10 +1069,13 @@ impl Machine {
         if link.role != ServerRole::Sender {
             return;
         }
-        // credit = the receiver's delivery-count + its credit - ours (part 2.6.7).
+        // credit = the receiver's delivery-count + its credit - ours (part 2.6.7); below 0
+        // (transfers the receiver had not seen yet used it all) is 0, not a wrapped u32.
         let theirs = f.delivery_count.unwrap_or(0);
-        link.credit = theirs.wrapping_add(f.link_credit.unwrap_or(0)).wrapping_sub(link.delivery_count);
-        pump(sess, ch, handle, max_frame, out);
+        let granted = f.link_credit.unwrap_or(0);
+        let credit = theirs.wrapping_add(granted).wrapping_sub(link.delivery_count);
+        link.credit = if credit > granted { 0 } else { credit };
+        pump(sess, ch, handle, max_frame, max_window, out);
         let link = sess.links.get_mut(&handle).expect("still there");
         if f.drain && link.credit > 0 {
             link.delivery_count = link.delivery_count.wrapping_add(link.credit);
@@ -1042,6 +1112,7 @@ impl Machine {
         }
         let (mut buf, id, settled) = link.partial.take().unwrap_or_else(|| (BytesMut::new(), t.delivery_id, t.settled.unwrap_or(false)));
         if buf.len() + payload.len() > max_message {
+            out.limit_refusals.push("max_message_size");
             sess.links.remove(&handle);
             out.counts.errors[counts::S_LINK] += 1;
             let detach = Detach { handle: Handle(handle), closed: true, error: Some(error(AmqpError::MessageSizeExceeded)) };
@@ -1081,8 +1152,8 @@ impl Machine {
                 Ok(_) => return reject(out, ch, unsettled, AmqpError::PreconditionFailed),
                 Err(e) => return reject(out, ch, unsettled, e.condition()),
             },
-            // A server sender never receives transfers (checked above).
-            Target::Dynamic(_) => return reject(out, ch, unsettled, AmqpError::PreconditionFailed),
+            // A dynamic target's node: to its reader, if it has one.
+            Target::Dynamic(addr) => Dest::Dynamic(addr),
         };
         let (pattern, channel) = match dest {
             Dest::Channel(p @ (Pattern::Commands | Pattern::Queries), channel) => return self.request(ch, unsettled, p, channel, incoming, host, out),
@@ -1139,10 +1210,17 @@ impl Machine {
                 by_sub.entry((handle, sub.0)).or_default().push(tag);
             }
         }
-        for ((handle, sub), tags) in by_sub {
-            if let Some(link) = sess.links.get_mut(&handle) {
-                out.counts.dispositions[outcome] += tags.len() as u64;
+        // Each link's lower prefetch goes to the array ahead of the settlements that free its
+        // room: an Ack first would let the array hand the link a message it has no credit for.
+        for ((handle, _), tags) in &by_sub {
+            if let Some(link) = sess.links.get_mut(handle) {
                 link.unsettled = link.unsettled.saturating_sub(tags.len() as u32);
+                retune(link, self.s.max_unsettled_per_link, out);
+            }
+        }
+        for ((handle, sub), tags) in by_sub {
+            if let Some(link) = sess.links.get(&handle) {
+                out.counts.dispositions[outcome] += tags.len() as u64;
                 out.ops.push((ArrayOp::Settle { sub: SubNo(sub), channel: link.channel.clone(), tags, action: action.clone() }, None));
             }
         }
@@ -1154,7 +1232,8 @@ impl Machine {
     /// `amqp:resource-limit-exceeded` (§3.8) and the message is lost for it (false).
     pub fn deliver_event(&mut self, sub: SubNo, msg: &Arc<Message>, out: &mut Out) -> bool {
         let max_frame = self.peer_max_frame as usize;
-        let max_waiting = self.s.max_unsettled_per_link as usize;
+        let max_window = self.s.max_unsettled_per_link;
+        let max_waiting = max_window as usize;
         let Some(&(ch, handle)) = self.subs.get(&sub) else { return false };
         let Some(sess) = self.sessions.get_mut(&ch) else { return false };
         let Some(link) = sess.links.get_mut(&handle) else { return false };
@@ -1167,6 +1246,7 @@ impl Machine {
         }
         if link.pattern == Pattern::EventsStore {
             if link.pending.len() >= max_waiting {
+                out.limit_refusals.push("max_unsettled_per_link");
                 let link = sess.links.remove(&handle).expect("looked up above");
                 out.counts.events_store_dropped_stalled += link.pending.len() as u64 + 1;
                 out.counts.errors[counts::S_LINK] += 1;
@@ -1175,8 +1255,8 @@ impl Machine {
                 self.drop_link(link, out);
                 return false;
             }
-            link.pending.push_back((Arc::clone(msg), sub, 0));
-            pump(sess, ch, handle, max_frame, out);
+            link.pending.push_back(Waiting::settled(Arc::clone(msg), sub));
+            pump(sess, ch, handle, max_frame, max_window, out);
             return true;
         }
         if link.credit == 0 {
@@ -1186,7 +1266,7 @@ impl Machine {
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
         out.counts.transfers_out[counts::P_EVENTS] += 1;
-        send_message(sess, ch, handle, msg, true, max_frame, out);
+        send_message(sess, ch, handle, msg, None, true, max_frame, out);
         true
     }
 
@@ -1206,6 +1286,7 @@ impl Machine {
             .and_then(|a| self.dynamic.get(&a).copied());
         let Some(reply_sub) = reply_sub else { return reject(out, ch, id, AmqpError::NotAllowed) };
         if self.rpc_pending >= self.s.rpc_max_pending {
+            out.limit_refusals.push("rpc_max_pending");
             return reject(out, ch, id, AmqpError::ResourceLimitExceeded);
         }
         let default_ms = self.s.rpc_timeout_s.saturating_mul(1000);
@@ -1270,6 +1351,7 @@ impl Machine {
         };
         let msg = message_of(host, Channel(Bytes::from(addr.to_string())), self.client_id.clone(), incoming);
         if !self.deliver_settled(sub, Arc::new(msg), out) {
+            out.limit_refusals.push("max_unsettled_per_link");
             return reject(out, ch, id, AmqpError::ResourceLimitExceeded);
         }
         out.counts.transfers_in[counts::P_REPLY] += 1;
@@ -1282,15 +1364,16 @@ impl Machine {
     /// waiting there up to MaxUnsettledPerLink. False if the link is gone or full.
     fn deliver_settled(&mut self, sub: SubNo, msg: Arc<Message>, out: &mut Out) -> bool {
         let max_frame = self.peer_max_frame as usize;
-        let max_waiting = self.s.max_unsettled_per_link as usize;
+        let max_window = self.s.max_unsettled_per_link;
+        let max_waiting = max_window as usize;
         let Some(&(ch, handle)) = self.subs.get(&sub) else { return false };
         let Some(sess) = self.sessions.get_mut(&ch) else { return false };
         let Some(link) = sess.links.get_mut(&handle) else { return false };
         if self.phase != Phase::Open || link.pending.len() >= max_waiting {
             return false;
         }
-        link.pending.push_back((msg, sub, 0));
-        pump(sess, ch, handle, max_frame, out);
+        link.pending.push_back(Waiting::settled(msg, sub));
+        pump(sess, ch, handle, max_frame, max_window, out);
         true
     }
 
@@ -1356,17 +1439,26 @@ impl Machine {
         self.deliver_settled(sub, Arc::new(msg), out)
     }
 
-    /// A queue delivery: held by the link until credit lets it go. False if the link is gone.
-    pub fn deliver_queue(&mut self, sub: SubNo, msg: &Arc<Message>, tag: u64, out: &mut Out) -> bool {
+    /// A queue delivery, the message's `receive_count`-th (1 = first): sent at once with
+    /// credit, else given back to the queue (a Release: it reached the link after the peer's
+    /// credit went, e.g. a drain or a lower FLOW overtook it, and the prefetch already
+    /// excludes it, so the array hands it to another consumer). False if the link is gone.
+    pub fn deliver_queue(&mut self, sub: SubNo, msg: &Arc<Message>, tag: u64, receive_count: u32, out: &mut Out) -> bool {
         let max_frame = self.peer_max_frame as usize;
+        let max_window = self.s.max_unsettled_per_link;
         let Some(&(ch, handle)) = self.subs.get(&sub) else { return false };
         let Some(sess) = self.sessions.get_mut(&ch) else { return false };
         let Some(link) = sess.links.get_mut(&handle) else { return false };
         if self.phase != Phase::Open {
             return false;
         }
-        link.pending.push_back((Arc::clone(msg), sub, tag));
-        pump(sess, ch, handle, max_frame, out);
+        if link.credit == 0 {
+            let op = ArrayOp::Settle { sub, channel: link.channel.clone(), tags: vec![tag], action: Settle::Release };
+            out.ops.push((op, None));
+            return true;
+        }
+        link.pending.push_back(Waiting { msg: Arc::clone(msg), sub, tag, receive_count });
+        pump(sess, ch, handle, max_frame, max_window, out);
         true
     }
 
@@ -1435,41 +1527,76 @@ impl Machine {
 }
 
 /// Sends the link's waiting messages while it has credit: queue messages unsettled (each
-/// remembered for its disposition), Events-Store messages pre-settled.
-fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, out: &mut Out) {
+/// remembered for its disposition) or, on a pre-settled queue link, settled and acknowledged
+/// as they go (behind the lower prefetch, as in `on_disposition`); Events-Store messages
+/// pre-settled.
+fn pump(sess: &mut Sess, ch: u16, handle: u32, max_frame: usize, max_window: u32, out: &mut Out) {
+    let mut acks: Vec<u64> = Vec::new();
     loop {
         let Some(link) = sess.links.get_mut(&handle) else { return };
         if link.credit == 0 {
-            return;
+            break;
         }
-        let Some((msg, sub, tag)) = link.pending.pop_front() else { return };
+        let Some(w) = link.pending.pop_front() else { break };
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
         out.counts.transfers_out[link_label(link)] += 1;
         if link.pattern != Pattern::Queues {
-            link.last_seq = link.last_seq.max(msg.sequence);
-            send_message(sess, ch, handle, &msg, true, max_frame, out);
+            link.last_seq = link.last_seq.max(w.msg.sequence);
+            send_message(sess, ch, handle, &w.msg, None, true, max_frame, out);
             continue;
         }
         if link.presettled {
             // At most once: acknowledged to the array as it goes out settled.
-            let channel = link.channel.clone();
-            send_message(sess, ch, handle, &msg, true, max_frame, out);
-            out.ops.push((ArrayOp::Settle { sub, channel, tags: vec![tag], action: Settle::Ack }, None));
+            send_message(sess, ch, handle, &w.msg, Some(w.receive_count), true, max_frame, out);
+            acks.push(w.tag);
             continue;
         }
         link.unsettled += 1;
-        let id = send_message(sess, ch, handle, &msg, false, max_frame, out);
-        sess.unsettled.insert(id, (handle, sub, tag));
+        let id = send_message(sess, ch, handle, &w.msg, Some(w.receive_count), false, max_frame, out);
+        sess.unsettled.insert(id, (handle, w.sub, w.tag));
+    }
+    if acks.is_empty() {
+        return;
+    }
+    let Some(link) = sess.links.get_mut(&handle) else { return };
+    retune(link, max_window, out);
+    if let Some(&(sub, _)) = link.subs.first() {
+        out.ops.push((ArrayOp::Settle { sub, channel: link.channel.clone(), tags: acks, action: Settle::Ack }, None));
+    }
+}
+
+/// What a queue link lets the array hand it: unsettled + waiting + credit, at most `max`
+/// (MaxUnsettledPerLink).
+fn window(link: &Link, max: u32) -> u32 {
+    (u64::from(link.unsettled) + link.pending.len() as u64 + u64::from(link.credit)).min(u64::from(max)) as u32
+}
+
+/// Sets a queue link's subscription prefetch to its [`window`] when that changed (up or down,
+/// 0 included). Pushed before any settlement that frees room, so the array never sees the
+/// room before the lower prefetch.
+fn retune(link: &mut Link, max: u32, out: &mut Out) {
+    if link.pattern != Pattern::Queues || link.role != ServerRole::Sender {
+        return;
+    }
+    let want = window(link, max);
+    let Some((sub, prefetch)) = link.subs.first_mut() else { return };
+    if *prefetch != want {
+        *prefetch = want;
+        out.ops.push((ArrayOp::Prefetch { sub: *sub, channel: link.channel.clone(), prefetch: want }, None));
     }
 }
 
 /// Writes one message as one or more TRANSFER frames within the peer's max-frame-size;
-/// returns its delivery id.
-fn send_message(sess: &mut Sess, ch: u16, handle: u32, msg: &Message, settled: bool, max_frame: usize, out: &mut Out) -> u32 {
+/// returns its delivery id. `receive_count`: a queue delivery's, for its header section.
+#[allow(clippy::too_many_arguments)]
+fn send_message(sess: &mut Sess, ch: u16, handle: u32, msg: &Message, receive_count: Option<u32>, settled: bool, max_frame: usize, out: &mut Out) -> u32 {
     let id = sess.next_delivery_id;
     sess.next_delivery_id = sess.next_delivery_id.wrapping_add(1);
-    let payload = mapping::encode(&msg.id, &msg.body, &msg.tags, &msg.metadata);
+    let payload = match receive_count {
+        Some(n) => mapping::encode_queue(&msg.id, &msg.body, &msg.tags, &msg.metadata, n),
+        None => mapping::encode(&msg.id, &msg.body, &msg.tags, &msg.metadata),
+    };
     let chunk = max_frame.saturating_sub(frame::HEADER_LEN + TRANSFER_OVERHEAD).max(64);
     let mut parts = payload.chunks(chunk).peekable();
     let mut first = true;

@@ -8,12 +8,13 @@
 //! AMQP types, annotations, footer, which body section) travels in the `amqp10` metadata
 //! envelope ([`super::envelope`]) and comes back from it to an AMQP receiver. Not carried:
 //! the header section (durable, priority, ttl, first-acquirer, delivery-count: the
-//! gateway's own for each delivery).
+//! gateway's own for each delivery). A queue delivery gets one ([`encode_queue`]): its
+//! delivery-count and first-acquirer from the array's receive count (connector-extra.md §3.7).
 use super::envelope::{self, BodySection, Sections};
 use crate::model::Tags;
 use bytes::Bytes;
 use fe2o3_amqp_types::messaging::message::__private::{Deserializable, Serializable};
-use fe2o3_amqp_types::messaging::{AmqpValue, ApplicationProperties, Body, Data, Message, MessageId, Properties};
+use fe2o3_amqp_types::messaging::{AmqpValue, ApplicationProperties, Body, Data, Header, Message, MessageId, Properties};
 use fe2o3_amqp_types::primitives::{Binary, OrderedMap, SimpleValue, Symbol};
 use serde_amqp::Value;
 
@@ -148,6 +149,24 @@ fn simple_text(v: SimpleValue) -> Option<String> {
 /// is one `Data` section, or an `AmqpValue` (a string when it is UTF-8) when the producer sent
 /// one. An RPC reply's [`EXECUTED`] tag goes out as a boolean application property (§3.6).
 pub fn encode(id: &[u8], body: &[u8], tags: &Tags, metadata: &[u8]) -> Vec<u8> {
+    encode_with(id, body, tags, metadata, None)
+}
+
+/// [`encode`] for a queue delivery, the `receive_count`-th of the message (1 = first), with
+/// the header section §3.7 asks for: delivery-count = ReceiveCount − 1, first-acquirer =
+/// (ReceiveCount == 1). The rest of the header keeps its defaults (not durable, priority 4,
+/// no ttl).
+pub fn encode_queue(id: &[u8], body: &[u8], tags: &Tags, metadata: &[u8], receive_count: u32) -> Vec<u8> {
+    encode_with(id, body, tags, metadata, Some(queue_header(receive_count)))
+}
+
+/// The header of a queue delivery that is the message's `receive_count`-th (§3.7). A count
+/// of 0 (never from the array) reads as a first delivery.
+pub fn queue_header(receive_count: u32) -> Header {
+    Header { first_acquirer: receive_count <= 1, delivery_count: receive_count.saturating_sub(1), ..Header::default() }
+}
+
+fn encode_with(id: &[u8], body: &[u8], tags: &Tags, metadata: &[u8], header: Option<Header>) -> Vec<u8> {
     let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
     let restored = envelope::read(metadata).unwrap_or_default();
     let mut props = Properties { message_id: Some(MessageId::String(String::from_utf8_lossy(id).into_owned())), ..restored.props };
@@ -176,7 +195,7 @@ pub fn encode(id: &[u8], body: &[u8], tags: &Tags, metadata: &[u8]) -> Vec<u8> {
         _ => Body::<Value>::Data(vec![Data(Binary::from(body.to_vec()))].into()),
     };
     let msg = Message {
-        header: None,
+        header,
         delivery_annotations: restored.delivery_annotations,
         message_annotations: restored.annotations,
         properties: Some(props),
@@ -205,6 +224,25 @@ mod tests {
         let got = decode(&encode(b"m-1", &body, &tags, b"")).unwrap();
         assert_eq!(&got.body[..], &body[..]);
         assert_eq!(got.tags, tags);
+    }
+
+    /// The header section a queue delivery carries, as a client decodes it.
+    fn header_of(bytes: &[u8]) -> Option<Header> {
+        let Deserializable(msg): Deserializable<Message<Body<Value>>> = serde_amqp::from_slice(bytes).unwrap();
+        msg.header
+    }
+
+    #[test]
+    fn a_queue_delivery_carries_delivery_count_and_first_acquirer_from_the_receive_count() {
+        let tags = Tags::default();
+        for (receive_count, first, count) in [(1, true, 0), (2, false, 1), (3, false, 2), (0, true, 0)] {
+            let h = header_of(&encode_queue(b"m", b"x", &tags, b"", receive_count)).expect("a header section");
+            assert_eq!((h.first_acquirer, h.delivery_count), (first, count), "receive count {receive_count}");
+            assert!(!h.durable && h.ttl.is_none());
+        }
+        // Other deliveries (events, replies) carry none; the body is the same either way.
+        assert_eq!(header_of(&encode(b"m", b"x", &tags, b"")), None);
+        assert_eq!(decode(&encode_queue(b"m", b"x", &tags, b"", 2)).unwrap().body, decode(&encode(b"m", b"x", &tags, b"")).unwrap().body);
     }
 
     #[test]

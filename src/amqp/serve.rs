@@ -100,6 +100,9 @@ impl AmqpConn {
 
     fn apply(&self, core: &Rc<Core>, out: Out) {
         core.metrics.amqp.borrow_mut().0.add(&out.counts);
+        for limit in out.limit_refusals {
+            crate::telemetry::limit_refusal("amqp", limit);
+        }
         if !out.write.is_empty() && !self.dead.get() {
             self.wbuf.borrow_mut().extend_from_slice(&out.write);
         }
@@ -186,9 +189,9 @@ impl Endpoint for AmqpConn {
         }
     }
 
-    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, _owner: CoreId, tag: u64, _redelivered: bool) -> bool {
+    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, _owner: CoreId, tag: u64, receive_count: u32) -> bool {
         let mut taken = false;
-        self.with_machine(core, |m, out| taken = m.deliver_queue(sub, msg, tag, out));
+        self.with_machine(core, |m, out| taken = m.deliver_queue(sub, msg, tag, receive_count, out));
         taken
     }
 
@@ -205,7 +208,16 @@ impl Endpoint for AmqpConn {
         self.with_machine(core, |m, out| m.failed(token, AmqpError::InternalError, out));
     }
 
-    fn refused(&self, core: &Rc<Core>, token: u64, _why: crate::mesh::msg::Refusal) {
+    /// A queue at its depth limit, or the store full: counted under that limit, and the
+    /// delivery rejected `amqp:resource-limit-exceeded`.
+    fn refused(&self, core: &Rc<Core>, token: u64, why: crate::mesh::msg::Refusal) {
+        crate::telemetry::limit_refusal(
+            "amqp",
+            match why {
+                crate::mesh::msg::Refusal::QueueFull => "queue_depth",
+                crate::mesh::msg::Refusal::StoreFull => "store_full",
+            },
+        );
         self.with_machine(core, |m, out| m.failed(token, AmqpError::ResourceLimitExceeded, out));
     }
 
@@ -288,6 +300,7 @@ pub async fn serve(core: Rc<Core>, stream: Stream, identity: Option<Bytes>) {
     let limit = core.cfg.amqp_max_connections as usize;
     if limit > 0 && open > limit {
         tracing::info!(core = %core.id, conn = id.0, limit, "amqp: connection over --amqp-max-connections; refused at OPEN");
+        crate::telemetry::limit_refusal("amqp", "max_connections");
         machine.refuse_at_open(AmqpError::ResourceLimitExceeded);
     }
     let conn = Rc::new_cyclic(|me| AmqpConn {

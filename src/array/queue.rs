@@ -636,6 +636,15 @@ impl Queues {
         self.pump(&channel, now, out);
     }
 
+    /// Sets consumer `sub`'s prefetch (0 = it is handed nothing more; what it holds stays its
+    /// own until settled). A raised one is filled at once.
+    pub fn set_prefetch(&mut self, channel: &Channel, sub: SubRef, prefetch: u32, now: Instant, out: &mut Outbox) {
+        let Some(ch) = self.channels.get_mut(channel) else { return };
+        let Some(c) = ch.consumers.iter_mut().find(|c| c.sub == sub) else { return };
+        c.prefetch = prefetch;
+        self.pump(channel, now, out);
+    }
+
     /// Removes the consumer (or pull holder): its waiting pulls are dropped and what it held is
     /// requeued at the head, in delivery order.
     pub fn unsubscribe(&mut self, channel: &Channel, sub: SubRef, now: Instant, out: &mut Outbox) {
@@ -904,7 +913,7 @@ impl Queues {
             let tag = self.next_tag;
             self.next_tag += 1;
             let sub = consumer.sub;
-            out.push((sub.core, CoreMsg::QueueDeliver { sub, owner: self.core, tag, msg: Arc::clone(entry.msg()), redelivered: entry.receive_count > 1 }));
+            out.push((sub.core, CoreMsg::QueueDeliver { sub, owner: self.core, tag, msg: Arc::clone(entry.msg()), receive_count: entry.receive_count }));
             ch.deadlines.push_back((now + self.ack_timeout, tag));
             ch.inflight.insert(tag, Inflight { entry, consumer: sub });
         }
@@ -974,10 +983,11 @@ mod tests {
     fn deliveries(out: &mut Outbox) -> Vec<(SubRef, u64, String, bool)> {
         out.drain(..)
             .map(|(core, m)| match m {
-                CoreMsg::QueueDeliver { sub, tag, msg, redelivered, owner } => {
+                CoreMsg::QueueDeliver { sub, tag, msg, receive_count, owner } => {
                     assert_eq!(core, sub.core);
                     assert_eq!(owner, CoreId(0));
-                    (sub, tag, String::from_utf8(msg.body.to_vec()).unwrap(), redelivered)
+                    assert!(receive_count >= 1);
+                    (sub, tag, String::from_utf8(msg.body.to_vec()).unwrap(), receive_count > 1)
                 }
                 _ => panic!(),
             })
@@ -1019,6 +1029,33 @@ mod tests {
         assert_eq!(q.depth(&ch()), QueueDepth { ready: 3, inflight: 2, consumers: 1 });
         q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Ack, now, &mut out);
         assert_eq!(deliveries(&mut out).iter().map(|x| x.2.as_str()).collect::<Vec<_>>(), ["2"]);
+    }
+
+    #[test]
+    fn a_prefetch_lowered_to_zero_hands_nothing_more_and_a_raised_one_fills_at_once() {
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        q.subscribe(ch(), sub(0, 1), 1, now, &mut out);
+        q.subscribe(ch(), sub(0, 2), 1, now, &mut out);
+        for i in 0..3 {
+            q.send(msg(&i.to_string()), None, None, now, &mut out);
+        }
+        let d = deliveries(&mut out);
+        assert_eq!(d.len(), 2);
+        let mine = d.iter().find(|x| x.0 == sub(0, 1)).unwrap().1;
+        // Lowered first, then acknowledged: the room is not refilled for consumer 1.
+        q.set_prefetch(&ch(), sub(0, 1), 0, now, &mut out);
+        q.settle(&ch(), sub(0, 1), &[mine], &Settle::Ack, now, &mut out);
+        assert!(deliveries(&mut out).is_empty());
+        // Consumer 2 settles: the third message is its, not the idle consumer 1's.
+        let theirs = d.iter().find(|x| x.0 == sub(0, 2)).unwrap().1;
+        q.settle(&ch(), sub(0, 2), &[theirs], &Settle::Ack, now, &mut out);
+        assert_eq!(deliveries(&mut out).iter().map(|x| x.0).collect::<Vec<_>>(), [sub(0, 2)]);
+        // Raised again: filled from what is ready (nothing now), then by the next send.
+        q.set_prefetch(&ch(), sub(0, 1), 1, now, &mut out);
+        q.send(msg("3"), None, None, now, &mut out);
+        assert_eq!(deliveries(&mut out).iter().map(|x| (x.0, x.2.as_str())).collect::<Vec<_>>(), [(sub(0, 1), "3")]);
     }
 
     #[test]

@@ -304,8 +304,8 @@ impl Endpoint for Conn {
         deliver::event(self, core, pattern, msg, sub, ticket)
     }
 
-    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, owner: CoreId, tag: u64, redelivered: bool) -> bool {
-        deliver::queue(self, core, msg, sub, owner, tag, redelivered)
+    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, owner: CoreId, tag: u64, receive_count: u32) -> bool {
+        deliver::queue(self, core, msg, sub, owner, tag, receive_count > 1)
     }
 
     fn deliver_rpc_reply(&self, core: &Rc<Core>, sub: SubNo, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome) {

@@ -3,7 +3,9 @@
 //!
 //! The consumer keeps at most `prefetch` (SubBuffSize) messages unsettled: once it holds half
 //! of that or less (half rounded down) and no Get is outstanding, it asks for the difference (Get, `WaitTimeout`
-//! 1 s, no auto-ack). Settlements already queued are coalesced into one range per transaction. Each received message gets a local delivery tag, which STOMP ACK/NACK name;
+//! 1 s, no auto-ack). The prefetch may change while it runs (an AMQP queue link's follows the
+//! peer's credit, down to 0: then no Get is made); a lower one takes effect at the next Get
+//! (one already outstanding may still bring up to the old difference). Settlements already queued are coalesced into one range per transaction. Each received message gets a local delivery tag, which STOMP ACK/NACK name;
 //! settling maps tags back to (transaction, sequence) and sends AckRange / NAckRange /
 //! ReQueueRange. A message not settled within QueueAckTimeoutSeconds is NAcked (the array
 //! requeues it). When the stream breaks, the array returns what it held to the queue; the
@@ -40,6 +42,13 @@ const SWEEP: Duration = Duration::from_secs(1);
 /// before it is confirmed anyway (an array that never answers must not hang the client).
 const FENCE_WAIT: Duration = Duration::from_secs(10);
 
+/// What the consumer's task is told: a settlement, or that its prefetch changed (the new
+/// value is in the shared cell; the message only wakes the task to ask again).
+enum Ctl {
+    Settle(Settlement),
+    Prefetch,
+}
+
 /// One ACK/NACK (merged per read batch by the session) and the ticket of its RECEIPT.
 struct Settlement {
     tags: Vec<u64>,
@@ -55,7 +64,9 @@ struct Fence {
 }
 
 struct Consumer {
-    ctl: mpsc::UnboundedSender<Settlement>,
+    ctl: mpsc::UnboundedSender<Ctl>,
+    /// The prefetch the task reads before each Get.
+    prefetch: Rc<Cell<usize>>,
     task: tokio::task::JoinHandle<()>,
     /// The UNSUBSCRIBE's ticket, confirmed when the task ends (see [`EndReceipt`]).
     end: Rc<Cell<Option<Ticket>>>,
@@ -92,8 +103,9 @@ impl Consumers {
         let (ctl, rx) = mpsc::unbounded_channel();
         let end = Rc::new(Cell::new(None));
         let receipt = EndReceipt { w: Rc::clone(&w), end: Rc::clone(&end) };
-        let task = tokio::task::spawn_local(run(w, channel, sub, prefetch.max(1) as usize, rx, Rc::clone(&self.next_tag), receipt));
-        if let Some(old) = self.by_sub.borrow_mut().insert(sub, Consumer { ctl, task, end }) {
+        let prefetch = Rc::new(Cell::new(prefetch.max(1) as usize));
+        let task = tokio::task::spawn_local(run(w, channel, sub, Rc::clone(&prefetch), rx, Rc::clone(&self.next_tag), receipt));
+        if let Some(old) = self.by_sub.borrow_mut().insert(sub, Consumer { ctl, prefetch, task, end }) {
             old.task.abort();
         }
     }
@@ -115,10 +127,20 @@ impl Consumers {
     pub fn settle(&self, sub: SubRef, tags: Vec<u64>, action: Settle, done: Option<Ticket>) -> Option<Ticket> {
         let by_sub = self.by_sub.borrow();
         let Some(c) = by_sub.get(&sub) else { return done };
-        match c.ctl.send(Settlement { tags, action, done }) {
+        match c.ctl.send(Ctl::Settle(Settlement { tags, action, done })) {
             Ok(()) => None,
-            Err(mpsc::error::SendError(s)) => s.done,
+            Err(mpsc::error::SendError(Ctl::Settle(s))) => s.done,
+            Err(_) => None,
         }
+    }
+
+    /// Sets the subscription's prefetch (0 = no more Gets) and wakes its task to act on it.
+    /// Queued behind the settlements sent before it, which the task applies first.
+    pub fn set_prefetch(&self, sub: SubRef, prefetch: u32) {
+        let by_sub = self.by_sub.borrow();
+        let Some(c) = by_sub.get(&sub) else { return };
+        c.prefetch.set(prefetch as usize);
+        let _ = c.ctl.send(Ctl::Prefetch);
     }
 
     pub fn stop_all(&self) {
@@ -128,7 +150,8 @@ impl Consumers {
     }
 }
 
-fn message_of(m: pb::QueueMessage) -> (Arc<Message>, u64, i32) {
+/// The message, its sequence at the array and its receive count (at least 1: this delivery).
+fn message_of(m: pb::QueueMessage) -> (Arc<Message>, u64, u32) {
     let attrs = m.attributes.unwrap_or_default();
     let msg = Message {
         id: bytes_of(m.message_id),
@@ -140,7 +163,7 @@ fn message_of(m: pb::QueueMessage) -> (Arc<Message>, u64, i32) {
         timestamp_ns: attrs.timestamp,
         sequence: 0,
     };
-    (Arc::new(msg), attrs.sequence, attrs.receive_count)
+    (Arc::new(msg), attrs.sequence, u32::try_from(attrs.receive_count).unwrap_or(0).max(1))
 }
 
 /// A message this consumer holds: its transaction and sequence at the array, and when the
@@ -155,8 +178,8 @@ async fn run(
     w: Rc<Worker>,
     channel: Channel,
     sub: SubRef,
-    prefetch: usize,
-    mut ctl: mpsc::UnboundedReceiver<Settlement>,
+    prefetch: Rc<Cell<usize>>,
+    mut ctl: mpsc::UnboundedReceiver<Ctl>,
     next_tag: Rc<Cell<u64>>,
     _receipt: EndReceipt,
 ) {
@@ -191,6 +214,7 @@ async fn run(
         loop {
             // Ask again once half the window is free (rounded down, so a window of 3 refills
             // after one ACK): one Get per freed message would make every delivery a round trip.
+            let prefetch = prefetch.get();
             if !get_outstanding && prefetch - held.len().min(prefetch) >= (prefetch / 2).max(1) {
                 let get = pb::QueuesDownstreamRequest {
                     request_id: request_id(),
@@ -221,7 +245,7 @@ async fn run(
                             let tag = next_tag.get();
                             next_tag.set(tag + 1);
                             held.insert(tag, Held { transaction: r.transaction_id.clone(), seq: seq as i64, deadline: Instant::now() + ack_timeout });
-                            w.back.send(w.core, CoreMsg::QueueDeliver { sub, owner: w.core, tag, msg, redelivered: receive_count > 1 });
+                            w.back.send(w.core, CoreMsg::QueueDeliver { sub, owner: w.core, tag, msg, receive_count });
                         }
                     }
                     Ok(Some(r)) => {
@@ -236,16 +260,25 @@ async fn run(
                     Ok(None) | Err(_) => break,
                 },
                 settle = ctl.recv() => {
-                    let Some(first) = settle else {
-                        close_after_sent(tx, &mut responses).await;
-                        confirm_all(&w, fences);
-                        return;
+                    let first = match settle {
+                        Some(Ctl::Settle(first)) => first,
+                        // A new prefetch: the next turn of the loop asks by it.
+                        Some(Ctl::Prefetch) => continue,
+                        None => {
+                            close_after_sent(tx, &mut responses).await;
+                            confirm_all(&w, fences);
+                            return;
+                        }
                     };
                     // Coalesce what is already queued (a STOMP client ACKs message by message):
                     // one AckRange per transaction instead of one request per ACK.
                     let mut done = Vec::new();
                     let mut batches: Vec<(Vec<u64>, Settle)> = Vec::new();
-                    for s in std::iter::once(first).chain(std::iter::from_fn(|| ctl.try_recv().ok())) {
+                    let queued = std::iter::from_fn(|| ctl.try_recv().ok()).filter_map(|c| match c {
+                        Ctl::Settle(s) => Some(s),
+                        Ctl::Prefetch => None,
+                    });
+                    for s in std::iter::once(first).chain(queued) {
                         done.extend(s.done);
                         match batches.iter_mut().find(|(_, a)| *a == s.action) {
                             Some((all, _)) => all.extend(s.tags),
@@ -362,14 +395,15 @@ async fn close_after_sent(tx: mpsc::Sender<pb::QueuesDownstreamRequest>, respons
 /// Sleeps `delay` while discarding settlements (nothing is held while disconnected; their
 /// receipts are given, as for any ACK of a message no longer held). False when the
 /// subscription ended meanwhile.
-async fn drain_while_waiting(w: &Worker, ctl: &mut mpsc::UnboundedReceiver<Settlement>, delay: Duration) -> bool {
+async fn drain_while_waiting(w: &Worker, ctl: &mut mpsc::UnboundedReceiver<Ctl>, delay: Duration) -> bool {
     let sleep = tokio::time::sleep(delay);
     tokio::pin!(sleep);
     loop {
         tokio::select! {
             () = &mut sleep => return true,
             c = ctl.recv() => match c {
-                Some(s) => w.done(s.done),
+                Some(Ctl::Settle(s)) => w.done(s.done),
+                Some(Ctl::Prefetch) => {}
                 None => return false,
             },
         }

@@ -3,7 +3,7 @@
 //! Each pinned core gets a dedicated OS thread (`stompgate-egress-<cpu>`, pinned to the same
 //! CPU) running a current-thread tokio runtime that owns the core's own HTTP/2 connection to
 //! the array. The core hands it array work (`Publish`, `QueueSend`, `Subscribe`,
-//! `Unsubscribe`, `QueueSettle`, `RpcRequest`, `Barrier`) over a lock-free tokio channel and
+//! `Unsubscribe`, `QueueSettle`, `QueuePrefetch`, `RpcRequest`, `Barrier`) over a lock-free tokio channel and
 //! never waits on it; the egress answers with the same `CoreMsg`s the embedded array produces
 //! (`Deliver`, `QueueDeliver`, `RpcReply`, `Done`, `Failed`) through the core's array-API
 //! channel. So sessions and connections behave identically in both modes.
@@ -95,6 +95,7 @@ pub fn is_array_work(msg: &CoreMsg) -> bool {
             | CoreMsg::Subscribe { .. }
             | CoreMsg::Unsubscribe { .. }
             | CoreMsg::QueueSettle { .. }
+            | CoreMsg::QueuePrefetch { .. }
             | CoreMsg::RpcRequest(_)
             | CoreMsg::Barrier(_)
     )
@@ -242,6 +243,7 @@ impl Worker {
                 let unheld = self.consumers.settle(sub, tags, action, done);
                 self.done(unheld);
             }
+            CoreMsg::QueuePrefetch { sub, prefetch, .. } => self.consumers.set_prefetch(sub, prefetch),
             CoreMsg::RpcRequest(req) => rpc::request(Rc::clone(self), *req),
             // Work before the barrier has been handed to its tasks in order; receipts for
             // confirmed work are owed separately, so the barrier itself is done.

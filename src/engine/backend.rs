@@ -53,7 +53,7 @@ impl Backend {
         match op {
             ArrayOp::Publish { pattern, msg } => one(*pattern, &msg.channel),
             ArrayOp::QueueSend { msg } => one(Pattern::Queues, &msg.channel),
-            ArrayOp::Settle { channel, .. } => one(Pattern::Queues, channel),
+            ArrayOp::Settle { channel, .. } | ArrayOp::Prefetch { channel, .. } => one(Pattern::Queues, channel),
             ArrayOp::Request { pattern, msg, .. } => one(*pattern, &msg.channel),
             // A filter can match channels owned anywhere.
             ArrayOp::Subscribe { wildcard: true, .. } | ArrayOp::Unsubscribe { wildcard: true, .. } | ArrayOp::Barrier => Route::Cores(0..cores),
@@ -137,6 +137,7 @@ impl Backend {
                 shard.borrow_mut().queues.settle(&channel, sub, &tags, &action, Instant::now(), out);
                 announce(done, out);
             }
+            CoreMsg::QueuePrefetch { channel, sub, prefetch } => shard.borrow_mut().queues.set_prefetch(&channel, sub, prefetch, Instant::now(), out),
             CoreMsg::RpcRequest(req) => shard.borrow_mut().rpc.request(*req, Instant::now(), out),
             CoreMsg::RpcResponse { request_id, outcome, amqp, .. } => {
                 let mut shard = shard.borrow_mut();
@@ -186,6 +187,8 @@ pub fn message_for(op: ArrayOp, at: SubRef, done: Option<Ticket>) -> Option<Core
         }
         ArrayOp::Unsubscribe { sub: n, pattern, channel, wildcard } => CoreMsg::Unsubscribe { pattern, channel, wildcard, sub: sub(n), done },
         ArrayOp::Settle { sub: n, channel, tags, action } => CoreMsg::QueueSettle { channel, sub: sub(n), tags, action, done },
+        // Nothing to confirm: a prefetch change is never waited for (`done` is always None).
+        ArrayOp::Prefetch { sub: n, channel, prefetch } => CoreMsg::QueuePrefetch { channel, sub: sub(n), prefetch },
         ArrayOp::Request { pattern, msg, timeout_ms, reply_sub, correlation_id, cache } => CoreMsg::RpcRequest(Box::new(crate::mesh::msg::RpcRequest {
             pattern,
             request_id: msg.id.clone(),

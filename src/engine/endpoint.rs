@@ -26,9 +26,10 @@ pub enum Delivery {
 pub trait Endpoint {
     /// An Events / Events-Store message for subscription `sub`.
     fn deliver_event(&self, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>, sub: SubNo, ticket: Option<Ticket>) -> Delivery;
-    /// A queue message for subscription `sub`, delivered by `owner` under `tag`. False when
-    /// the subscription is gone: the core gives the message back to its queue.
-    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, owner: CoreId, tag: u64, redelivered: bool) -> bool;
+    /// A queue message for subscription `sub`, delivered by `owner` under `tag`, its
+    /// `receive_count`-th delivery (1 = first). False when the subscription is gone: the core
+    /// gives the message back to its queue.
+    fn deliver_queue(&self, core: &Rc<Core>, msg: &Arc<Message>, sub: SubNo, owner: CoreId, tag: u64, receive_count: u32) -> bool;
     /// The outcome of a Commands/Queries request, for reply subscription `sub`.
     fn deliver_rpc_reply(&self, core: &Rc<Core>, sub: SubNo, pattern: Pattern, correlation_id: Option<Bytes>, outcome: RpcOutcome);
     /// The operation submitted with completion token `token` took effect.

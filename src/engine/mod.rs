@@ -268,8 +268,8 @@ impl Core {
                     }
                 }
             }
-            CoreMsg::QueueDeliver { sub, owner, tag, msg, redelivered } => match self.endpoint(sub.conn) {
-                Some(endpoint) if endpoint.deliver_queue(self, &msg, sub.sub, owner, tag, redelivered) => {}
+            CoreMsg::QueueDeliver { sub, owner, tag, msg, receive_count } => match self.endpoint(sub.conn) {
+                Some(endpoint) if endpoint.deliver_queue(self, &msg, sub.sub, owner, tag, receive_count) => {}
                 // The consumer is gone or no longer subscribed: give the message back.
                 _ => out.push((owner, CoreMsg::QueueSettle { channel: msg.channel.clone(), sub, tags: vec![tag], action: Settle::Release, done: None })),
             },

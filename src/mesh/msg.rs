@@ -404,6 +404,14 @@ pub enum CoreMsg {
         action: Settle,
         done: Option<Ticket>,
     },
+    /// Set how many unsettled messages a queue subscription may hold (0 = none; lowering takes
+    /// nothing back). Each carries the whole value, so a lost one is made good by the next;
+    /// until then the subscription keeps its old prefetch.
+    QueuePrefetch {
+        channel: Channel,
+        sub: SubRef,
+        prefetch: u32,
+    },
     /// A pull-mode receive (gRPC `QueuesDownstream` Get, `ReceiveQueueMessages`,
     /// `AckAllQueueMessages`): answered once, into the request's mailbox.
     QueuePull(Box<PullRequest>),
@@ -481,13 +489,15 @@ pub enum CoreMsg {
         subs: Vec<SubRef>,
         done: Option<Ticket>,
     },
-    /// One queue delivery, tagged by the owner for ACK/NACK.
+    /// One queue delivery, tagged by the owner for ACK/NACK. `receive_count`: deliveries of
+    /// the message so far, this one included (1 = first; STOMP's `redelivered` is `> 1`, an
+    /// AMQP header's delivery-count is one less, connector-extra.md §3.7).
     QueueDeliver {
         sub: SubRef,
         owner: CoreId,
         tag: u64,
         msg: Arc<Message>,
-        redelivered: bool,
+        receive_count: u32,
     },
     /// The answer to a request, for the requester's `/reply/` subscription.
     RpcReply {
@@ -536,6 +546,7 @@ impl CoreMsg {
             CoreMsg::Subscribe { .. } => "Subscribe",
             CoreMsg::Unsubscribe { .. } => "Unsubscribe",
             CoreMsg::QueueSettle { .. } => "QueueSettle",
+            CoreMsg::QueuePrefetch { .. } => "QueuePrefetch",
             CoreMsg::QueuePull(_) => "QueuePull",
             CoreMsg::RpcRequest(_) => "RpcRequest",
             CoreMsg::RpcResponse { .. } => "RpcResponse",

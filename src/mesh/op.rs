@@ -26,6 +26,10 @@ pub enum ArrayOp {
     Unsubscribe { sub: SubNo, pattern: Pattern, channel: Channel, wildcard: bool },
     /// Settle queue deliveries of subscription `sub` by the tags they were delivered with.
     Settle { sub: SubNo, channel: Channel, tags: Vec<u64>, action: Settle },
+    /// Sets how many unsettled messages queue subscription `sub` may hold (0 = none, the
+    /// subscription stays). Lowering takes nothing back: the array only stops handing it more
+    /// until it holds fewer. An AMQP queue link's prefetch follows the peer's credit.
+    Prefetch { sub: SubNo, channel: Channel, prefetch: u32 },
     /// A Commands/Queries request; its outcome comes back on subscription `reply_sub`.
     Request { pattern: Pattern, msg: Arc<Message>, timeout_ms: u64, reply_sub: SubNo, correlation_id: Option<Bytes>, cache: Option<CacheSpec> },
     /// Completes once everything this connection submitted before it has been handled.

@@ -3,8 +3,8 @@
 // (the first is python-qpid-proton in tests/interop/test_amqp*.py), credit and drain, the four
 // settlement outcomes, a multi-frame message, Events-Store start positions and a durable
 // re-attach, a selector, RPC between two rhea links through responses/, and AMQP <-> STOMP on
-// one channel. A test marked `todo` asserts the seed where the gateway does otherwise (see the
-// reason given with it).
+// one channel, queue redelivery headers, a credit-following queue prefetch and a dynamic target.
+// A test marked `todo` would assert the seed where the gateway does otherwise (none today).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
@@ -253,9 +253,6 @@ it('queues/<ch> sender → (queues, ch) accepted; queues/<ch> and /queues/<ch> r
   r1.link.add_credit(1);
   const [a] = await r1.take(1);
   a.delivery.accept();
-  // r1 is closed first: a link whose prefetch outlived its credit may hold the next message
-  // (README "Queues": "a prefetch is never lowered"; the todo test below); detach gives it back.
-  await new Promise((resolve) => { r1.link.once('receiver_close', resolve); r1.link.close(); });
   const r2 = await manual(c, `/queues/${ch}`);
   r2.link.add_credit(1);
   const [b] = await r2.take(1);
@@ -414,11 +411,25 @@ it('dynamic receiver: a minted _amqp10.tmp.<conn>.<uuid>, reached by this connec
   assert.equal(text((await r2.next()).message), 'still here');
 });
 
-it('dynamic sender (target.dynamic=true, empty address): the server mints a node and echoes it', async () => {
+it('dynamic sender (target.dynamic=true, empty address): the server mints a node, echoes it, and a receiver on its address reads it', async () => {
   const c = await connect();
   const tx = await sender(c, { target: { dynamic: true } });
-  assert.match(tx.link.remote.attach.target.address ?? '', DYNAMIC);
-}, { todo: 'seed 002 "Dynamic terminus" mints a node for target.dynamic=true (sender) too; the gateway refuses it with amqp:not-implemented (README: "A dynamic *target* (sender) is refused")' });
+  const addr = tx.link.remote.attach.target.address ?? '';
+  assert.match(addr, DYNAMIC);
+  // A mailbox with no reader yet is unreachable.
+  const early = await tx.send({ body: data(Buffer.from('nobody reads')) });
+  assert.deepEqual([early.state, early.condition], ['rejected', 'amqp:precondition-failed']);
+  const r = await receiver(c, addr);
+  await tx.ok({ body: data(Buffer.from('to the minted node')) });
+  const { message, delivery } = await r.next();
+  assert.equal(text(message), 'to the minted node');
+  assert.equal(delivery.remote_settled, true, 'dynamic node deliveries are pre-settled');
+  // The node goes with the sender's link.
+  await new Promise((resolve) => { tx.link.once('sender_close', resolve); tx.link.close(); });
+  const anon = await sender(c, { target: {} });
+  const late = await anon.send({ to: addr, body: data(Buffer.from('late')) });
+  assert.deepEqual([late.state, late.condition], ['rejected', 'amqp:precondition-failed']);
+});
 
 it('anonymous (null-target) sender routes each message by `to`: queues, /queues, events, events-store, bare', async () => {
   const c = await connect();
@@ -603,9 +614,10 @@ it('a redelivery shows delivery-count = ReceiveCount - 1 and first-acquirer = (R
   const [d] = await r.take(1);
   d.delivery.accept();
   assert.equal(b.message.delivery_count, 1, 'after one release');
-  assert.equal(b.message.first_acquirer, false);
+  // The encoder writes a field at its default as null (AMQP 1.0 part 1.4: null = the default).
+  assert.equal(b.message.first_acquirer ?? false, false);
   assert.equal(d.message.delivery_count, 2, 'after a release and a modified');
-}, { todo: 'connector-extra.md §3.7: "Redelivery shown to the client: delivery-count = ReceiveCount − 1, first-acquirer = (ReceiveCount == 1)"; the gateway sends queue TRANSFERs with no header section (src/amqp/serve.rs deliver_queue ignores `_redelivered`), so both are absent on every delivery' });
+});
 
 it('a queue consumer that settled its only credit holds nothing: the next message goes to the other consumer', async () => {
   const c = await connect();
@@ -621,7 +633,7 @@ it('a queue consumer that settled its only credit holds nothing: the next messag
   const [b] = await second.take(1, 1500);
   b.delivery.accept();
   assert.equal(text(b.message), 'p1');
-}, { todo: 'connector-extra.md §3.7: a consume is a credit-driven Get (MaxItems = min(credit, …)), so a link with 0 credit takes nothing; the gateway keeps the first link\'s prefetch-1 subscription, which takes p1 after p0 is settled and holds it unsent on a link with no credit (documented in README "Queues": "a prefetch is never lowered"), so the second consumer waits until the first detaches' });
+});
 
 it('at-most-once producer on queues: pre-settled (snd-settle-mode settled) transfers are queued', async () => {
   const c = await connect();

@@ -321,6 +321,7 @@ fn a_multi_frame_transfer_is_joined_and_one_over_max_message_size_detaches() {
     p.send(0, Performative::Transfer(transfer(0, 1, false, true)), &big[..200]);
     let out = p.send(0, Performative::Transfer(transfer(0, 1, false, false)), &big[200..]);
     assert!(out.ops.is_empty());
+    assert_eq!(out.limit_refusals, ["max_message_size"]);
     match &p.performatives()[..] {
         [Performative::Detach(d)] => assert_eq!(condition(&d.error), "amqp:link:message-size-exceeded"),
         other => panic!("{other:?}"),
@@ -341,11 +342,14 @@ fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them(
         }
         other => panic!("{other:?}"),
     };
-    // The peer lowers its credit to 1 before anything arrived (credit is the latest FLOW's).
-    p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    // The peer lowers its credit to 1 before anything arrived: so does the prefetch.
+    let out = p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { sub: s, prefetch: 1, .. }, None)] if *s == sub), "{:?}", out.ops);
     let mut out = Out::default();
-    assert!(p.m.deliver_queue(sub, &queue_msg(b"one"), 11, &mut out));
-    assert!(p.m.deliver_queue(sub, &queue_msg(b"two"), 12, &mut out));
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"one"), 11, 1, &mut out));
+    // "two" was on its way before the lower prefetch: no credit for it, so it goes back.
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"two"), 12, 1, &mut out));
+    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Release, .. }, None)] if tags == &vec![12]), "{:?}", out.ops);
     p.got.extend_from_slice(&out.write);
     let frames = p.frames();
     assert_eq!(frames.len(), 1, "one credit, one message");
@@ -356,18 +360,61 @@ fn a_queue_receiver_gets_messages_only_with_credit_and_its_outcomes_settle_them(
         }
         other => panic!("{other:?}"),
     }
+    // Settled with no credit left: the prefetch drops to 0 *before* the Ack reaches the array.
     let settle = |state| Disposition { role: Role::Receiver, first: 0, last: None, settled: true, state: Some(state), batchable: false };
     let out = p.send(0, Performative::Disposition(settle(DeliveryState::Accepted(Accepted {}))), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Ack, .. }, None)] if tags == &vec![11]));
-    let out = p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
-    assert_eq!(p.frames().len(), 1, "the waiting message goes out");
-    assert!(out.ops.is_empty(), "the prefetch of 2 still covers what the peer allows: {:?}", out.ops);
+    assert!(
+        matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 0, .. }, None), (ArrayOp::Settle { tags, action: Settle::Ack, .. }, None)] if tags == &vec![11]),
+        "{:?}",
+        out.ops
+    );
+    let mut more = credit(1, 2, false);
+    more.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(more), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 2, .. }, None)]), "{:?}", out.ops);
+    let mut out = Out::default();
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"two"), 13, 2, &mut out));
+    p.got.extend_from_slice(&out.write);
+    assert_eq!(p.frames().len(), 1);
     let released = Disposition { first: 1, ..settle(DeliveryState::Released(Released {})) };
     let out = p.send(0, Performative::Disposition(released), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { tags, action: Settle::Nack, .. }, None)] if tags == &vec![12]));
+    assert!(
+        matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 1, .. }, None), (ArrayOp::Settle { tags, action: Settle::Nack, .. }, None)] if tags == &vec![13]),
+        "{:?}",
+        out.ops
+    );
     // Detach: the subscription ends (the array requeues what it still held).
     let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
     assert!(matches!(&out.ops[..], [(ArrayOp::Unsubscribe { .. }, None)]));
+}
+
+#[test]
+fn a_queue_delivery_carries_the_header_of_its_receive_count() {
+    let mut p = Peer::opened(Settings::default());
+    p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
+    p.performatives();
+    let out = p.send(0, Performative::Flow(credit(1, 2, false)), &[]);
+    let [(ArrayOp::Subscribe { sub, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    let sub = *sub;
+    let mut out = Out::default();
+    p.m.deliver_queue(sub, &queue_msg(b"first"), 1, 1, &mut out);
+    p.m.deliver_queue(sub, &queue_msg(b"third"), 2, 3, &mut out);
+    p.got.extend_from_slice(&out.write);
+    let headers: Vec<_> = p
+        .frames()
+        .into_iter()
+        .map(|f| match f {
+            Frame::Amqp { payload, .. } => {
+                use fe2o3_amqp_types::messaging::message::__private::Deserializable;
+                use fe2o3_amqp_types::messaging::{Body, Message};
+                let Deserializable(m): Deserializable<Message<Body<serde_amqp::Value>>> = serde_amqp::from_slice(&payload).unwrap();
+                let h = m.header.expect("a header section");
+                (h.first_acquirer, h.delivery_count)
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(headers, vec![(true, 0), (false, 2)]);
 }
 
 #[test]
@@ -508,51 +555,51 @@ fn a_jwt_identity_is_the_one_the_rules_see() {
 }
 
 #[test]
-fn a_queue_link_takes_from_the_queue_only_what_its_credit_allows() {
+fn a_queue_link_prefetch_follows_unsettled_plus_credit() {
     let mut p = Peer::opened(Settings { max_unsettled_per_link: 8, ..Settings::default() });
     p.send(0, Performative::Attach(attach(1, Role::Receiver, "queues/q")), &[]);
     p.performatives();
+    // Credit 0: no subscription at all.
+    let out = p.send(0, Performative::Flow(credit(1, 0, false)), &[]);
+    assert!(out.ops.is_empty(), "{:?}", out.ops);
     // Credit 1, never settled: the array may hand this link one message, no more.
     let out = p.send(0, Performative::Flow(credit(1, 1, false)), &[]);
-    let first = match &out.ops[..] {
+    let sub = match &out.ops[..] {
         [(ArrayOp::Subscribe { sub, prefetch: 1, .. }, None)] => *sub,
         other => panic!("{other:?}"),
     };
     let mut out = Out::default();
-    assert!(p.m.deliver_queue(first, &queue_msg(b"one"), 1, &mut out));
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"one"), 1, 1, &mut out));
     p.got.extend_from_slice(&out.write);
     assert_eq!(p.frames().len(), 1);
-    // Credit used up: a FLOW echo with credit 0 asks for nothing more.
+    // Credit used up: a FLOW echo with credit 0 changes nothing (1 unsettled + 0).
     let mut zero = credit(1, 0, false);
     zero.delivery_count = Some(1);
     let out = p.send(0, Performative::Flow(zero), &[]);
     assert!(out.ops.is_empty(), "{:?}", out.ops);
-    // Three more credit while one is unsettled: one more subscription, for exactly three.
+    // Three more credit while one is unsettled: prefetch 4, on the same subscription.
     let mut three = credit(1, 3, false);
     three.delivery_count = Some(1);
     let out = p.send(0, Performative::Flow(three), &[]);
-    let second = match &out.ops[..] {
-        [(ArrayOp::Subscribe { sub, prefetch: 3, .. }, None)] => *sub,
-        other => panic!("{other:?}"),
-    };
-    assert_ne!(first, second);
-    // Never past MaxUnsettledPerLink (8): 1 unsettled + 3 + 100 credit asks for 4 more.
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { sub: s, prefetch: 4, .. }, None)] if *s == sub), "{:?}", out.ops);
+    // Never past MaxUnsettledPerLink (8).
     let mut lots = credit(1, 100, false);
     lots.delivery_count = Some(1);
     let out = p.send(0, Performative::Flow(lots), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { prefetch: 4, .. }, None)]), "{:?}", out.ops);
-    // A delivery on the second subscription settles through it.
-    let mut out = Out::default();
-    assert!(p.m.deliver_queue(second, &queue_msg(b"two"), 2, &mut out));
-    p.got.extend_from_slice(&out.write);
-    assert_eq!(p.frames().len(), 1);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 8, .. }, None)]), "{:?}", out.ops);
+    // A drain takes the credit away: the prefetch falls back to the one unsettled.
+    let mut drain = credit(1, 100, true);
+    drain.delivery_count = Some(1);
+    let out = p.send(0, Performative::Flow(drain), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 1, .. }, None)]), "{:?}", out.ops);
+    // Settling it leaves nothing: prefetch 0 ahead of the Ack.
     let accepted =
-        Disposition { role: Role::Receiver, first: 1, last: None, settled: true, state: Some(DeliveryState::Accepted(Accepted {})), batchable: false };
+        Disposition { role: Role::Receiver, first: 0, last: None, settled: true, state: Some(DeliveryState::Accepted(Accepted {})), batchable: false };
     let out = p.send(0, Performative::Disposition(accepted), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { sub, tags, action: Settle::Ack, .. }, None)] if *sub == second && tags == &vec![2]), "{:?}", out.ops);
-    // Detach ends every subscription: the array requeues the unsettled "one".
+    assert!(matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 0, .. }, None), (ArrayOp::Settle { action: Settle::Ack, .. }, None)]), "{:?}", out.ops);
+    // Detach ends the one subscription.
     let out = p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
-    assert_eq!(out.ops.iter().filter(|(op, _)| matches!(op, ArrayOp::Unsubscribe { .. })).count(), 3, "{:?}", out.ops);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Unsubscribe { .. }, None)]), "{:?}", out.ops);
 }
 
 fn store_attach(handle: u32, start: Option<&str>) -> Attach {
@@ -744,8 +791,13 @@ fn a_presettled_queue_consumer_gets_settled_transfers_acknowledged_as_sent() {
         other => panic!("{other:?}"),
     };
     let mut out = Out::default();
-    assert!(p.m.deliver_queue(sub, &queue_msg(b"once"), 7, &mut out));
-    assert!(matches!(&out.ops[..], [(ArrayOp::Settle { sub: s, tags, action: Settle::Ack, .. }, None)] if *s == sub && tags == &vec![7]), "{:?}", out.ops);
+    assert!(p.m.deliver_queue(sub, &queue_msg(b"once"), 7, 1, &mut out));
+    // Acknowledged as sent, behind the prefetch it leaves (credit 1 now).
+    assert!(
+        matches!(&out.ops[..], [(ArrayOp::Prefetch { prefetch: 1, .. }, None), (ArrayOp::Settle { sub: s, tags, action: Settle::Ack, .. }, None)] if *s == sub && tags == &vec![7]),
+        "{:?}",
+        out.ops
+    );
     p.got.extend_from_slice(&out.write);
     assert!(matches!(&p.performatives()[..], [Performative::Transfer(t)] if t.settled == Some(true)));
     // Nothing is left to give back at detach.
@@ -765,12 +817,50 @@ fn rcv_settle_mode_second_is_refused_not_implemented() {
 }
 
 #[test]
-fn a_dynamic_target_is_refused_not_implemented() {
-    let mut p = Peer::opened(Settings::default());
+fn a_dynamic_target_mints_a_mailbox_node_read_by_a_receiver_on_its_address() {
+    let mut p = Peer::opened(Settings { conn: 7, ..Settings::default() });
     let mut a = attach(1, Role::Sender, "");
     a.target = Some(Box::new(TargetArchetype::Target(Target::builder().dynamic(true).build())));
-    p.send(0, Performative::Attach(a), &[]);
-    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-implemented"));
+    let out = p.send(0, Performative::Attach(a), &[]);
+    assert!(out.ops.is_empty(), "no channel, nothing for the array: {:?}", out.ops);
+    let addr = match &p.performatives()[..] {
+        [Performative::Attach(r), Performative::Flow(_)] => match r.target.as_deref() {
+            Some(TargetArchetype::Target(t)) => t.address.clone().expect("the minted address echoed"),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    let parsed: DynamicAddress = addr.parse().expect("a dynamic node address");
+    assert_eq!(parsed.conn, 7);
+    // No reader yet: unreachable.
+    p.send(0, Performative::Transfer(transfer(1, 0, false, false)), &mapping::encode(b"m", b"early", &Default::default(), b""));
+    assert!(
+        matches!(&p.performatives()[..], [Performative::Disposition(d)] if matches!(&d.state, Some(DeliveryState::Rejected(r)) if condition(&r.error) == "amqp:precondition-failed"))
+    );
+    // A receiver on the address reads the node; what the sender writes reaches it, accepted.
+    let out = p.send(0, Performative::Attach(attach(2, Role::Receiver, &addr)), &[]);
+    assert!(out.ops.is_empty(), "{:?}", out.ops);
+    p.performatives();
+    p.send(0, Performative::Flow(credit(2, 5, false)), &[]);
+    p.send(0, Performative::Transfer(transfer(1, 1, false, false)), &mapping::encode(b"m", b"hello", &Default::default(), b""));
+    let frames = p.frames();
+    let body = frames.iter().find_map(|f| match f {
+        Frame::Amqp { performative, payload, .. } if matches!(&**performative, Performative::Transfer(t) if t.settled == Some(true)) => {
+            Some(mapping::decode(payload).unwrap().body)
+        }
+        _ => None,
+    });
+    assert_eq!(body.as_deref(), Some(&b"hello"[..]));
+    assert!(frames.iter().any(|f| matches!(f, Frame::Amqp { performative, .. } if matches!(&**performative, Performative::Disposition(d) if matches!(d.state, Some(DeliveryState::Accepted(_)))))));
+    // The node goes with the sender's link: a message sent to it by `to` is unroutable.
+    p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
+    p.performatives();
+    p.send(0, Performative::Attach(null_target_attach(3)), &[]);
+    p.performatives();
+    p.send(0, Performative::Transfer(transfer(3, 2, false, false)), &props_msg(Some(&addr), None, None, None, &[]));
+    assert!(
+        matches!(&p.performatives()[..], [Performative::Disposition(d)] if matches!(&d.state, Some(DeliveryState::Rejected(r)) if condition(&r.error) == "amqp:precondition-failed"))
+    );
 }
 
 #[test]
@@ -828,7 +918,8 @@ fn a_request_needs_a_reply_node_of_its_connection_and_at_most_rpc_max_pending() 
     };
     assert!(matches!(&p.performatives()[..], [Performative::Disposition(Disposition { state: Some(DeliveryState::Accepted(_)), .. })]));
     // RpcMaxPending = 1: the next one is refused until the first is answered.
-    p.send(0, Performative::Transfer(transfer(2, 4, false, false)), &props_msg(None, Some(&addr), Some("corr-2"), Some(1), &[]));
+    let out = p.send(0, Performative::Transfer(transfer(2, 4, false, false)), &props_msg(None, Some(&addr), Some("corr-2"), Some(1), &[]));
+    assert_eq!(out.limit_refusals, ["rpc_max_pending"]);
     assert_eq!(rejected_with(&mut p), "amqp:resource-limit-exceeded");
     let mut out = Out::default();
     p.m.deliver_rpc_reply(reply_sub, Pattern::Commands, Some(Bytes::from_static(b"corr-1")), RpcOutcome::Timeout, &mut out);
@@ -1035,6 +1126,7 @@ fn attaches_past_max_links_per_session_are_refused_with_resource_limit_exceeded(
     for h in [5, 2] {
         let out = p.send(0, Performative::Attach(attach(h, Role::Receiver, "events/ok")), &[]);
         assert!(out.ops.is_empty());
+        assert_eq!(out.limit_refusals, ["max_links_per_session"], "counted once per refused attach");
         match &p.performatives()[..] {
             [Performative::Attach(_), Performative::Detach(d)] => assert_eq!(condition(&d.error), "amqp:resource-limit-exceeded"),
             other => panic!("{other:?}"),
@@ -1342,7 +1434,7 @@ fn transfers_dispositions_drops_and_errors_are_counted_exactly() {
     let mut outs = Vec::new();
     for (tag, body) in [(1, &b"a"[..]), (2, b"b"), (3, b"c")] {
         let mut o = Out::default();
-        p.m.deliver_queue(sub, &queue_msg(if body == b"a" { b"a" } else { b"b" }), tag, &mut o);
+        p.m.deliver_queue(sub, &queue_msg(if body == b"a" { b"a" } else { b"b" }), tag, 1, &mut o);
         outs.push(o);
     }
     let settle = |first, state| Disposition { role: Role::Receiver, first, last: None, settled: true, state: Some(state), batchable: false };
