@@ -15,7 +15,8 @@
 #   PEERS="rabbitmq activemq"   started with scripts/peers.sh (AMQP ports: peers.sh port PEER amqp);
 #                               a peer that cannot be started is skipped with a warning
 #   STOMPGATE_AMQP_PORT=5672    stompgate's AMQP listener (STOMP on STOMPGATE_PORT, 61613)
-#   STOMPGATE_ARGS=""           extra flags for stompgate (it always gets --cores 2)
+#   STOMPGATE_ARGS=""           extra flags for stompgate (it gets --cores 2, and --store-dir off
+#                               unless these name a --store-dir: the peers are measured in memory)
 #   SKIP_BUILD=0                1 = use the release binaries as they are
 #   KEEP_PEERS=0                1 = leave the peers running afterwards
 #
@@ -90,9 +91,12 @@ if amqp_ready "$STOMPGATE_AMQP_PORT"; then
     exit 1
 fi
 mkdir -p "$PEERS_DIR"
+# The in-memory array (the default is ./store since issue 15), unless STOMPGATE_ARGS names a store.
+STORE_OFF="--store-dir off"
+case " $STOMPGATE_ARGS " in *" --store-dir"*) STORE_OFF="" ;; esac
 # shellcheck disable=SC2086
 "$ROOT/target/release/stompgate" --stomp-addr "127.0.0.1:$STOMPGATE_PORT" --amqp-addr "127.0.0.1:$STOMPGATE_AMQP_PORT" \
-    --grpc-addr off --ws-addr off --cores 2 $STOMPGATE_ARGS >"$PEERS_DIR/stompgate-amqp.log" 2>&1 &
+    --grpc-addr off --ws-addr off $STORE_OFF --cores 2 $STOMPGATE_ARGS >"$PEERS_DIR/stompgate-amqp.log" 2>&1 &
 GW_PID=$!
 for _ in $(seq 1 100); do amqp_ready "$STOMPGATE_AMQP_PORT" && break; sleep 0.1; done
 amqp_ready "$STOMPGATE_AMQP_PORT" || { echo "amqp-bench.sh: stompgate did not start (log: $PEERS_DIR/stompgate-amqp.log)" >&2; exit 1; }
