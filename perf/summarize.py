@@ -25,7 +25,9 @@ METRICS = {
             ("server_cpu_us_per_msg", False)],
     "idle": [("rss_per_conn_bytes", False), ("open_per_s", True), ("dropped", False)],
 }
-METRICS["queue"] = METRICS["fanout"]
+# Queue runs with --receipt-window add the SEND -> RECEIPT latency (shown where reported).
+METRICS["queue"] = METRICS["fanout"][:4] + [("receipt_p50_us", False), ("receipt_p99_us", False),
+                                            ("receipt_max_us", False)] + METRICS["fanout"][4:]
 
 
 def in_order(values):

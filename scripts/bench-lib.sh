@@ -9,6 +9,11 @@ bench_case_args() {
     fanout-rate | fanout-rate2k) echo "fanout --subscribers 4 --rate 2000" ;;
     fanout-rate50k) echo "fanout --subscribers 4 --rate 50000" ;;
     queue) echo "queue --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
+    # Persistent messages (ActiveMQ, RabbitMQ: persistent:true; stompgate: its store, if on),
+    # every SEND receipted, at most 64 outstanding per producer; unbounded, and paced for the
+    # SEND -> RECEIPT latency.
+    queue-persistent) echo "queue --producers 2 --consumers 2 --rate 0 --receipt-window 64 --send-header persistent:true" ;;
+    queue-persistent-rate2k) echo "queue --producers 2 --consumers 2 --rate 2000 --receipt-window 64 --send-header persistent:true" ;;
     # AMQP 1.0: the same loads; add the broker's --amqp-topic-prefix/--amqp-queue-prefix.
     amqp-fanout) echo "fanout --protocol amqp --subscribers 4 --rate 0" ;;
     amqp-queue) echo "queue --protocol amqp --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;

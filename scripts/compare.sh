@@ -12,10 +12,18 @@
 #   IDLE_CONNECTIONS=5000       connections held by the idle scenario
 #   STOMPGATE_PORT=61613        stompgate's STOMP port (peers: see scripts/peers.sh)
 #   STOMPGATE_ARGS=""           extra flags for stompgate (it gets --cores 2, and --store-dir off unless these name a --store-dir)
+#   STORE_PARENT=""             also measure a second stompgate, labelled stompgate-store, on
+#                               STOMPGATE_PORT+3 with its store on (--store-dir, default
+#                               --store-sync fsync) in a fresh directory made under STORE_PARENT
+#                               (put it on the disk to be measured, not a tmpfs) and removed at the end
+#   STORE_ARGS=""               extra flags for stompgate-store (e.g. --store-sync-interval-us 500)
+#   SUMMARY_BASE=stompgate      the broker the table's ratio columns divide (BASE/other)
 #   CASES="fanout fanout-rate2k queue connect idle"   scenarios to run (a subset for a quick look;
 #                               fanout-rate50k, not in the default, runs fanout 1->4 at 50,000/s
 #                               against stompgate and the relay only: it is beyond both peers'
-#                               capacity, and its p99 is read against the peers' p99 at 2,000/s)
+#                               capacity, and its p99 is read against the peers' p99 at 2,000/s;
+#                               queue-persistent and queue-persistent-rate2k, not in the default,
+#                               are the persistent-queue cases of scripts/store-bench.sh)
 #   KEEP_PEERS=0                1 = leave the peers running afterwards
 #   BASELINE=relay              also measure stompgate-relay (perf/relay/), a bare
 #                               single-threaded relay that validates and stores nothing: the
@@ -30,7 +38,9 @@
 #                               three (Web-STOMP), ActiveMQ tcp and tls, the relay tcp only.
 #
 # Scenarios: fanout 1->4 unbounded (receipt every 1000); fanout 1->4 at --rate 2000 (latency);
-# queue 2->2; connect (4 workers); idle. Every broker is loopback-only.
+# queue 2->2; connect (4 workers); idle; queue-persistent 2->2 with every SEND receipted (64
+# outstanding per producer) and persistent:true, unbounded and at --rate 2000 (bench-lib.sh
+# has each case's harness arguments). Every broker is loopback-only.
 # Raw results: perf/results/compare-<UTC time>.jsonl, one line per run:
 #   {"run":N,"case":"...","broker":"...","exit":RC,"commit":"<git rev-parse HEAD>[-dirty]",
 #    "stompgate_sha256":"<sha256 of target/release/stompgate>","loadavg":"<1 5 15 min before the run>",
@@ -45,8 +55,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source "$ROOT/scripts/bench-lib.sh"
 
+SUMMARY_BASE="${SUMMARY_BASE:-stompgate}"
 summarize() {
-    python3 "$ROOT/perf/summarize.py" "$1" --by broker --base stompgate --base-first --ok-exits 0,3
+    python3 "$ROOT/perf/summarize.py" "$1" --by broker --base "$SUMMARY_BASE" --base-first --ok-exits 0,3
     echo
     echo "lost/duplicated count window messages; delivered_per_s counts only what arrived inside the" \
         "window. idle rss_per_conn_bytes of a JVM broker (activemq) only shows heap growth beyond what" \
@@ -66,6 +77,8 @@ WARMUP_S="${WARMUP_S:-2}"
 IDLE_CONNECTIONS="${IDLE_CONNECTIONS:-5000}"
 STOMPGATE_PORT="${STOMPGATE_PORT:-61613}"
 STOMPGATE_ARGS="${STOMPGATE_ARGS:-}"
+STORE_PARENT="${STORE_PARENT:-}"
+STORE_ARGS="${STORE_ARGS:-}"
 KEEP_PEERS="${KEEP_PEERS:-0}"
 BASELINE="${BASELINE-relay}"
 RELAY_PORT="${RELAY_PORT:-61643}"
@@ -100,15 +113,22 @@ LOAD="$ROOT/target/release/stompgate-load"
 
 ulimit -n "$(ulimit -Hn)" || true
 SG_PID=""
+STORE_SG_PID=""
+STORE_DIR=""
 RELAY_PID=""
 STARTED_PEERS=()
+stop_pid() { # PID: TERM, up to 5 s, then KILL
+    if [ -n "$1" ] && kill -0 "$1" 2>/dev/null; then
+        kill -TERM "$1" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$1" 2>/dev/null && kill -KILL "$1" 2>/dev/null || true
+    fi
+}
 cleanup() {
     if [ -n "$RELAY_PID" ]; then kill "$RELAY_PID" 2>/dev/null || true; fi
-    if [ -n "$SG_PID" ] && kill -0 "$SG_PID" 2>/dev/null; then
-        kill -TERM "$SG_PID" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$SG_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$SG_PID" 2>/dev/null && kill -KILL "$SG_PID" 2>/dev/null || true
-    fi
+    stop_pid "$SG_PID"
+    stop_pid "$STORE_SG_PID"
+    if [ -n "$STORE_DIR" ]; then rm -rf "$STORE_DIR"; fi
     if [ "$KEEP_PEERS" != 1 ]; then
         for p in "${STARTED_PEERS[@]}"; do scripts/peers.sh stop "$p" || true; done
     fi
@@ -137,6 +157,24 @@ SG_PID=$!
 for _ in $(seq 1 100); do stomp_ready "$STOMPGATE_PORT" && break; sleep 0.1; done
 stomp_ready "$STOMPGATE_PORT" || { echo "compare.sh: stompgate did not start (log: $PEERS_DIR/stompgate.log)" >&2; exit 1; }
 
+# The persistent gateway: same listeners but STOMP only, its store in a fresh directory.
+if [ -n "$STORE_PARENT" ]; then
+    STORE_PORT=$((STOMPGATE_PORT + 3))
+    if stomp_ready "$STORE_PORT"; then
+        echo "compare.sh: something already answers STOMP on 127.0.0.1:$STORE_PORT; set STOMPGATE_PORT" >&2
+        exit 1
+    fi
+    mkdir -p "$STORE_PARENT"
+    STORE_DIR="$(mktemp -d "$STORE_PARENT/stompgate-store.XXXXXX")"
+    echo "compare.sh: stompgate-store's store: $STORE_DIR ($(df --output=source,fstype "$STORE_DIR" | tail -1 | tr -s ' '))" >&2
+    # shellcheck disable=SC2086
+    "$ROOT/target/release/stompgate" --stomp-addr "127.0.0.1:$STORE_PORT" --ws-addr off --grpc-addr off --amqp-addr off \
+        --cores 2 --store-dir "$STORE_DIR" $STORE_ARGS >"$PEERS_DIR/stompgate-store.log" 2>&1 &
+    STORE_SG_PID=$!
+    for _ in $(seq 1 100); do stomp_ready "$STORE_PORT" && break; sleep 0.1; done
+    stomp_ready "$STORE_PORT" || { echo "compare.sh: stompgate-store did not start (log: $PEERS_DIR/stompgate-store.log)" >&2; exit 1; }
+fi
+
 # Each measured broker is a label (BROKER or BROKER-TRANSPORT) with a port, a server pid and
 # the harness's transport flags.
 declare -A PORT PID VIA
@@ -153,15 +191,13 @@ add_broker() { # LABEL PORT PID TRANSPORT
 }
 label() { if [ "$2" = tcp ]; then echo "$1"; else echo "$1-$2"; fi; }
 add_broker stompgate "$STOMPGATE_PORT" "$SG_PID" tcp
+[ -n "$STORE_SG_PID" ] && add_broker stompgate-store "$STORE_PORT" "$STORE_SG_PID" tcp
 wants tls && add_broker stompgate-tls "$((STOMPGATE_PORT + 1))" "$SG_PID" tls
 wants ws && add_broker stompgate-ws "$((STOMPGATE_PORT + 2))" "$SG_PID" ws
 for p in $PEERS; do
     if scripts/peers.sh start "$p"; then
         STARTED_PEERS+=("$p")
-        case "$p" in
-        rabbitmq) pid="$(pgrep -u rabbitmq -o beam.smp || true)" ;;
-        activemq) pid="$(cat "$PEERS_DIR/activemq.pid" 2>/dev/null || true)" ;;
-        esac
+        pid="$(scripts/peers.sh pid "$p" 2>/dev/null || true)"
         for t in "${TRANSPORTS[@]}"; do
             if port="$(scripts/peers.sh port "$p" "$t" 2>/dev/null)"; then
                 add_broker "$(label "$p" "$t")" "$port" "$pid" "$t"

@@ -2,12 +2,13 @@
 # Peer brokers for scripts/compare.sh: install (Debian packages), configure for loopback-only STOMP,
 # start in the background, stop.
 #
-#   scripts/peers.sh start rabbitmq|activemq   install if needed, configure, start, wait for STOMP
-#   scripts/peers.sh stop  rabbitmq|activemq   stop it (no-op when not running)
-#   scripts/peers.sh certs                     make the TLS certificates below (if missing), print their dir
-#   scripts/peers.sh port  rabbitmq|activemq [tcp|tls|ws|amqp]   print its STOMP port over that
-#                                              transport (default tcp), or its AMQP 1.0 port;
-#                                              exit 1 if it has none
+#   scripts/peers.sh start PEER   install if needed, configure, start, wait for STOMP
+#   scripts/peers.sh stop  PEER   stop it (no-op when not running)
+#   scripts/peers.sh certs        make the TLS certificates below (if missing), print their dir
+#   scripts/peers.sh port  PEER [tcp|tls|ws|amqp]   print its STOMP port over that transport
+#                                 (default tcp), or its AMQP 1.0 port; exit 1 if it has none
+#   scripts/peers.sh pid   PEER   print the broker's server process id (for --server-pid)
+# PEER: rabbitmq, activemq, or activemq-kahadb (a second ActiveMQ instance, persistent).
 #
 # Ports (all on 127.0.0.1 only; stompgate keeps its default 61613):
 #   rabbitmq  STOMP 61623 (plugin rabbitmq_stomp), STOMP over TLS 61624, Web-STOMP 15684
@@ -22,8 +23,20 @@
 #             `port activemq amqp` fails saying so. Every other transport connector removed,
 #             JMX connector off. No WebSocket: Debian's activemq package lacks the Jetty
 #             WebSocket jars its ws:// connector needs.
+#   activemq-kahadb  STOMP 61635 only: a second, separate ActiveMQ broker with persistence on
+#             (persistent="true", KahaDB in $PEERS_DIR/activemq-kahadb-base/data/kahadb, its
+#             defaults: the journal is synced (fdatasync) before a persistent message is
+#             acknowledged, concurrent writes share a sync). A SEND with persistent:true and a
+#             receipt is answered once its message is in the synced journal. It can run beside
+#             `activemq` (which stays non-persistent).
+# RabbitMQ needs no second instance for persistence: its STOMP plugin declares /queue/<name>
+# durable (non-exclusive, not auto-deleted) unless told otherwise, a SEND with persistent:true
+# publishes a persistent message, and the RECEIPT of such a SEND waits for the publisher confirm
+# (the message is on disk) -- https://www.rabbitmq.com/docs/stomp, "Queue Destinations" and
+# "Message Persistence".
 # Override with RABBITMQ_STOMP_PORT / RABBITMQ_STOMP_TLS_PORT / RABBITMQ_WEB_STOMP_PORT /
-# RABBITMQ_AMQP_PORT / ACTIVEMQ_STOMP_PORT / ACTIVEMQ_STOMP_TLS_PORT / ACTIVEMQ_AMQP_PORT. Both accept login guest/guest (RabbitMQ's
+# RABBITMQ_AMQP_PORT / ACTIVEMQ_STOMP_PORT / ACTIVEMQ_STOMP_TLS_PORT / ACTIVEMQ_AMQP_PORT /
+# ACTIVEMQ_KAHADB_STOMP_PORT. All accept login guest/guest (RabbitMQ's
 # default user, allowed from loopback; ActiveMQ has no authentication configured).
 #
 # TLS: at start, a throwaway CA and a server certificate it signs (EC P-256, for 127.0.0.1 and
@@ -44,6 +57,7 @@ RABBITMQ_WEB_STOMP_PORT="${RABBITMQ_WEB_STOMP_PORT:-15684}"
 ACTIVEMQ_STOMP_TLS_PORT="${ACTIVEMQ_STOMP_TLS_PORT:-61634}"
 RABBITMQ_AMQP_PORT="${RABBITMQ_AMQP_PORT:-5682}"
 ACTIVEMQ_AMQP_PORT="${ACTIVEMQ_AMQP_PORT:-5692}"
+ACTIVEMQ_KAHADB_STOMP_PORT="${ACTIVEMQ_KAHADB_STOMP_PORT:-61635}"
 TLS_DIR="$PEERS_DIR/tls"
 # The PKCS#12 keystore's password (a throwaway certificate on loopback).
 KEYSTORE_PASS=stompgate-peers
@@ -212,7 +226,10 @@ rabbitmq_stop() {
 
 # ---------------------------------------------------------------------------------------- activemq
 
-ACTIVEMQ_BASE="$PEERS_DIR/activemq-base"
+# Which ActiveMQ instance the functions below act on: `activemq` (in memory, the compare.sh
+# peer) or `activemq-kahadb` (persistent); set by main.
+AMQ=activemq
+amq_base() { echo "$PEERS_DIR/$AMQ-base"; }
 
 # activemq_has_amqp: the broker's AMQP transport (activemq-amqp, which needs proton-j) is on its
 # classpath. Without it an amqp+nio connector stops the whole broker from starting.
@@ -221,27 +238,55 @@ activemq_has_amqp() {
         compgen -G "/usr/share/activemq/lib/optional/activemq-amqp*.jar" >/dev/null
 }
 
-activemq_pid() { cat "$PEERS_DIR/activemq.pid" 2>/dev/null; }
+activemq_pid() { cat "$PEERS_DIR/$AMQ.pid" 2>/dev/null; }
 activemq_running() { local p; p="$(activemq_pid)" && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
 
 activemq_start() {
     apt_install activemq
     make_certs
+    local port="$ACTIVEMQ_STOMP_PORT" ACTIVEMQ_BASE
+    ACTIVEMQ_BASE="$(amq_base)"
+    [ "$AMQ" = activemq-kahadb ] && port="$ACTIVEMQ_KAHADB_STOMP_PORT"
     if activemq_running; then
-        log "activemq already running"
-        wait_ready activemq "$ACTIVEMQ_STOMP_PORT" activemq_running
+        log "$AMQ already running"
+        wait_ready "$AMQ" "$port" activemq_running
         return
     fi
     local home=/usr/share/activemq
     [ -d "$home" ] || die "activemq installed but $home is missing"
     # A private broker base: our own activemq.xml, data dir and log, nothing in /etc touched.
     rm -rf "$ACTIVEMQ_BASE"
+    # The persistent instance: KahaDB with its defaults (journal synced before a persistent
+    # message is acknowledged) and STOMP over TCP only, so it can run beside `activemq`.
+    local PERSISTENT=false PERSISTENCE="" STORE_USAGE="" CONNECTORS
+    if [ "$AMQ" = activemq-kahadb ]; then
+        PERSISTENT=true
+        PERSISTENCE="    <persistenceAdapter>
+      <kahaDB directory=\"$ACTIVEMQ_BASE/data/kahadb\"/>
+    </persistenceAdapter>
+"
+        STORE_USAGE="        <storeUsage><storeUsage limit=\"8 gb\"/></storeUsage>
+"
+    fi
     local AMQP_CONNECTOR=""
-    if activemq_has_amqp; then
+    if [ "$AMQ" = activemq-kahadb ]; then
+        :
+    elif activemq_has_amqp; then
         AMQP_CONNECTOR="      <transportConnector name=\"amqp\" uri=\"amqp+nio://127.0.0.1:$ACTIVEMQ_AMQP_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600\"/>
 "
     else
         log "activemq: no AMQP transport (activemq-amqp/proton-j jars not in the package): no AMQP 1.0 listener"
+    fi
+    if [ "$AMQ" = activemq-kahadb ]; then
+        CONNECTORS="      <transportConnector name=\"stomp\"
+          uri=\"stomp+nio://127.0.0.1:$port?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600\"/>
+"
+    else
+        CONNECTORS="      <transportConnector name=\"stomp\"
+          uri=\"stomp+nio://127.0.0.1:$port?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600\"/>
+      <transportConnector name=\"stomp-tls\"
+          uri=\"stomp+nio+ssl://127.0.0.1:$ACTIVEMQ_STOMP_TLS_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600\"/>
+$AMQP_CONNECTOR"
     fi
     mkdir -p "$ACTIVEMQ_BASE/conf" "$ACTIVEMQ_BASE/data" "$ACTIVEMQ_BASE/tmp"
     local conf_src
@@ -250,14 +295,15 @@ activemq_start() {
     done
     cat >"$ACTIVEMQ_BASE/conf/activemq.xml" <<EOF
 <?xml version="1.0" encoding="UTF-8"?>
-<!-- written by stompgate scripts/peers.sh: STOMP (plain and TLS) and AMQP 1.0 only, loopback only, no persistence. -->
+<!-- written by stompgate scripts/peers.sh ($AMQ): STOMP (plain and TLS) and AMQP 1.0 only (activemq-kahadb: STOMP only), loopback only, persistent=$PERSISTENT. -->
 <beans xmlns="http://www.springframework.org/schema/beans"
        xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
        xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans.xsd
        http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
-  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="stompgate-peer"
-          dataDirectory="$ACTIVEMQ_BASE/data" persistent="false" useJmx="false"
+  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="stompgate-$AMQ"
+          dataDirectory="$ACTIVEMQ_BASE/data" persistent="$PERSISTENT" useJmx="false"
           advisorySupport="false">
+$PERSISTENCE
     <destinationPolicy>
       <policyMap>
         <policyEntries>
@@ -277,17 +323,13 @@ activemq_start() {
       <systemUsage>
         <memoryUsage><memoryUsage percentOfJvmHeap="70"/></memoryUsage>
         <tempUsage><tempUsage limit="1 gb"/></tempUsage>
-      </systemUsage>
+$STORE_USAGE      </systemUsage>
     </systemUsage>
     <sslContext>
       <sslContext keyStore="file:$TLS_DIR/server.p12" keyStorePassword="$KEYSTORE_PASS" keyStoreType="pkcs12"/>
     </sslContext>
     <transportConnectors>
-      <transportConnector name="stomp"
-          uri="stomp+nio://127.0.0.1:$ACTIVEMQ_STOMP_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600"/>
-      <transportConnector name="stomp-tls"
-          uri="stomp+nio+ssl://127.0.0.1:$ACTIVEMQ_STOMP_TLS_PORT?maximumConnections=200000&amp;wireFormat.maxFrameSize=104857600"/>
-$AMQP_CONNECTOR    </transportConnectors>
+$CONNECTORS    </transportConnectors>
   </broker>
 </beans>
 EOF
@@ -298,7 +340,11 @@ EOF
     local jar="$home/bin/activemq.jar"
     [ -f "$jar" ] || jar="$(find "$home" /usr/share/java -maxdepth 2 -name 'activemq.jar' 2>/dev/null | head -1)"
     [ -n "$jar" ] && [ -f "$jar" ] || die "activemq.jar not found under $home"
-    log "starting activemq (STOMP 127.0.0.1:$ACTIVEMQ_STOMP_PORT, TLS :$ACTIVEMQ_STOMP_TLS_PORT${AMQP_CONNECTOR:+, AMQP 1.0 :$ACTIVEMQ_AMQP_PORT})"
+    if [ "$AMQ" = activemq-kahadb ]; then
+        log "starting $AMQ (STOMP 127.0.0.1:$port, persistent, KahaDB in $ACTIVEMQ_BASE/data/kahadb)"
+    else
+        log "starting activemq (STOMP 127.0.0.1:$port, TLS :$ACTIVEMQ_STOMP_TLS_PORT${AMQP_CONNECTOR:+, AMQP 1.0 :$ACTIVEMQ_AMQP_PORT})"
+    fi
     ulimit -n "$(ulimit -Hn)" || true
     setsid nohup "$java" -Xms512m -Xmx2g -Djava.awt.headless=true \
         -Djava.io.tmpdir="$ACTIVEMQ_BASE/tmp" \
@@ -307,27 +353,27 @@ EOF
         -Dactivemq.conf="$ACTIVEMQ_BASE/conf" -Dactivemq.data="$ACTIVEMQ_BASE/data" \
         -Dlog4j2.configurationFile="$ACTIVEMQ_BASE/conf/log4j2.properties" \
         -jar "$jar" start "xbean:file:$ACTIVEMQ_BASE/conf/activemq.xml" \
-        >"$PEERS_DIR/activemq.log" 2>&1 </dev/null &
-    echo $! >"$PEERS_DIR/activemq.pid"
-    wait_ready activemq "$ACTIVEMQ_STOMP_PORT" activemq_running
+        >"$PEERS_DIR/$AMQ.log" 2>&1 </dev/null &
+    echo $! >"$PEERS_DIR/$AMQ.pid"
+    wait_ready "$AMQ" "$port" activemq_running
 }
 
 activemq_stop() {
     if ! activemq_running; then
-        log "activemq not running"
-        rm -f "$PEERS_DIR/activemq.pid"
+        log "$AMQ not running"
+        rm -f "$PEERS_DIR/$AMQ.pid"
         return
     fi
     local pid
     pid="$(activemq_pid)"
-    log "stopping activemq (pid $pid)"
+    log "stopping $AMQ (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     if kill -0 "$pid" 2>/dev/null; then
-        log "activemq ignored TERM for 30 s; killing pid $pid"
+        log "$AMQ ignored TERM for 30 s; killing pid $pid"
         kill -KILL "$pid" 2>/dev/null || true
     fi
-    rm -f "$PEERS_DIR/activemq.pid"
+    rm -f "$PEERS_DIR/$AMQ.pid"
 }
 
 # -------------------------------------------------------------------------------------------- main
@@ -338,16 +384,23 @@ if [ "${1:-}" = certs ]; then # the certificates alone (a benchmark's stompgate 
     echo "$TLS_DIR"
     exit 0
 fi
-[ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$1" = port ]; } || die "usage: $0 start|stop|port rabbitmq|activemq [tcp|tls|ws|amqp], or $0 certs"
+[ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$1" = port ]; } || die "usage: $0 start|stop|pid|port rabbitmq|activemq|activemq-kahadb [tcp|tls|ws|amqp], or $0 certs"
 action="$1" peer="$2" transport="${3:-tcp}"
 case "$peer" in
-rabbitmq | activemq) ;;
-*) die "unknown peer '$peer' (rabbitmq or activemq)" ;;
+rabbitmq) impl=rabbitmq ;;
+activemq | activemq-kahadb) impl=activemq AMQ="$peer" ;;
+*) die "unknown peer '$peer' (rabbitmq, activemq or activemq-kahadb)" ;;
 esac
 mkdir -p "$PEERS_DIR"
 case "$action" in
-start) "${peer}_start" ;;
-stop) "${peer}_stop" ;;
+start) "${impl}_start" ;;
+stop) "${impl}_stop" ;;
+pid)
+    case "$peer" in
+    rabbitmq) pgrep -u rabbitmq -o beam.smp ;;
+    *) activemq_pid ;;
+    esac
+    ;;
 port)
     case "$peer:$transport" in
     rabbitmq:tcp) echo "$RABBITMQ_STOMP_PORT" ;;
@@ -356,6 +409,7 @@ port)
     rabbitmq:amqp) echo "$RABBITMQ_AMQP_PORT" ;;
     activemq:tcp) echo "$ACTIVEMQ_STOMP_PORT" ;;
     activemq:tls) echo "$ACTIVEMQ_STOMP_TLS_PORT" ;;
+    activemq-kahadb:tcp) echo "$ACTIVEMQ_KAHADB_STOMP_PORT" ;;
     activemq:amqp)
         activemq_has_amqp || die "activemq has no AMQP 1.0 listener here: its package lacks the AMQP transport (activemq-amqp and proton-j jars)"
         echo "$ACTIVEMQ_AMQP_PORT"
@@ -363,5 +417,5 @@ port)
     *) die "$peer has no listener over '$transport' here (tcp, tls, amqp; ws for rabbitmq)" ;;
     esac
     ;;
-*) die "unknown action '$action' (start, stop or port)" ;;
+*) die "unknown action '$action' (start, stop, pid or port)" ;;
 esac

@@ -138,3 +138,33 @@ fn the_harness_amqp_scenarios_account_exactly_against_the_gateway() {
     assert_messages_flowed(&queue, 1);
     assert_eq!(n(&queue, "accepted"), n(&queue, "sent"), "every window delivery was settled accepted: {queue}");
 }
+
+/// `queue --receipt-window N --send-header persistent:true` against a gateway with its store
+/// on (fsync, the default): every SEND carries a receipt, at most N outstanding per producer,
+/// and the report accounts for each — exactly one RECEIPT per window SEND (`receipted` ==
+/// `sent`), 0 lost, 0 duplicated, a SEND -> RECEIPT latency for every one — unbounded and paced
+/// (`--rate`, the latency case of scripts/store-bench.sh).
+#[test]
+fn a_receipt_window_receipts_every_send_exactly_once() {
+    let store = std::env::temp_dir().join(format!("sg-load-window-{}-{}", std::process::id(), unique("d")));
+    let server = TestServer::start_with(|c| c.store.dir = Some(store.clone()));
+    let (port, pid) = (server.addr.port(), std::process::id());
+    for paced in [false, true] {
+        let rate = if paced { "400" } else { "0" };
+        let scenario = ["queue", "--producers", "2", "--consumers", "2", "--receipt-window", "8", "--send-header", "persistent:true", "--rate", rate];
+        let r = run(&scenario, &[], port, pid);
+        assert_messages_flowed(&r, 1);
+        assert_eq!(r["params"]["receipt_window"], 8, "{r}");
+        assert!(r["params"].get("receipt_every").is_none(), "the window replaces stop-and-wait receipts: {r}");
+        assert_eq!(r["params"]["send_headers"][0], "persistent:true", "{r}");
+        assert_eq!(n(&r, "receipted"), n(&r, "sent"), "one RECEIPT per window SEND: {r}");
+        let (p50, p99, max) = (r["receipt_p50_us"].as_f64(), r["receipt_p99_us"].as_f64(), r["receipt_max_us"].as_f64());
+        assert!(p50.is_some_and(|v| v > 0.0) && p99 >= p50 && max >= p99, "SEND -> RECEIPT latency: {r}");
+        if paced {
+            // 400/s for a 1 s window, give or take the pacing's start-up.
+            assert!((300..=500).contains(&n(&r, "sent")), "paced: {r}");
+        }
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&store);
+}

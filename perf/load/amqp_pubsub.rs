@@ -120,7 +120,7 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
         watch.run_until(shared, shared.window.end_ns, || false);
         let published: Result<Vec<(Published, u64)>, LoadError> = publisher_threads.into_iter().map(|h| h.join().expect("publisher thread panicked")).collect();
         if let Ok(p) = &published {
-            let p: Vec<Published> = p.iter().map(|(p, _)| *p).collect();
+            let p: Vec<Published> = p.iter().map(|(p, _)| p.clone()).collect();
             pubsub::drain(plan.mode, plan.receivers, &p, c, shared, &mut watch);
         }
         shared.stop.store(true, Ordering::Relaxed);
@@ -250,7 +250,7 @@ impl Publisher {
         let (unsettled, accepted) = (&self.unsettled, &self.accepted_in_window);
         let ctx = format!("publisher {} waiting for its deliveries to be settled", self.id);
         self.conn.wait_until(SETTLE_TIMEOUT, &ctx, |ev| settle(ev, unsettled, accepted, first_window_seq, &ctx), || unsettled.get() == 0)?;
-        let published = Published { first_window_seq, end_seq: self.seq };
+        let published = Published { first_window_seq, end_seq: self.seq, receipted: None };
         let accepted = self.accepted_in_window.get();
         self.conn.close(SETTLE_TIMEOUT)?;
         Ok((published, accepted))

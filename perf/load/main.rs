@@ -12,6 +12,7 @@ mod idle;
 mod measure;
 mod publish;
 mod pubsub;
+mod receipts;
 mod receive;
 mod report;
 mod responder;
@@ -88,7 +89,12 @@ received by a subscriber, or never consumed from the queue), duplicated, out-of-
 
 Every body starts with a 24-byte stamp (magic, publisher id, sequence, send time in ns) padded
 to --payload bytes. Unbounded publishers (--rate 0) put a receipt on every --receipt-every-th
-SEND and wait for it before going on.
+SEND and wait for it before going on. With --receipt-window N (STOMP fanout and queue) every
+SEND carries a receipt and each publisher keeps at most N outstanding, unbounded or paced
+(--rate), reading RECEIPTs as they arrive; the report adds `receipted` (window SENDs whose
+RECEIPT came) and the SEND -> RECEIPT latency of the window SENDs (receipt_p50_us,
+receipt_p99_us, receipt_p999_us, receipt_max_us). --send-header NAME:VALUE (repeatable) adds a
+header to every SEND, e.g. persistent:true for ActiveMQ's and RabbitMQ's persistent messages.
 
 rpc: the responder subscribes with SubscribeToRequests (ClientID stompgate-load-responder,
 channel --name) and answers each request with SendResponse (Executed, body echoed). Each
@@ -102,8 +108,8 @@ refuses more than its --rpc-max-pending (1024) requests in flight per connection
 
 Exit status: 0 = success; 1 = connection failure, ERROR frame or protocol error;
 2 = bad arguments; 3 = the run completed but messages were lost or duplicated (or idle
-connections were dropped, or rpc requests were answered with stomp-error); the report is
-printed anyway.";
+connections were dropped, or rpc requests were answered with stomp-error, or a window SEND
+under --receipt-window got no RECEIPT); the report is printed anyway.";
 
 #[derive(Parser, Debug)]
 #[command(name = "stompgate-load", version, about = ABOUT, long_about = LONG_ABOUT)]
@@ -183,6 +189,15 @@ struct Common {
     /// settlement of every K-th delivery; queue keeps at most K unsettled per producer).
     #[arg(long, default_value_t = 1000, global = true, value_parser = clap::value_parser!(u64).range(1..))]
     receipt_every: u64,
+    /// STOMP: every SEND carries a receipt and each publisher keeps at most N outstanding,
+    /// reading RECEIPTs as they come (pipelined, instead of --receipt-every's stop-and-wait);
+    /// also with --rate. Reports SEND -> RECEIPT latency. 0 = off.
+    #[arg(long, default_value_t = 0, global = true, value_name = "N")]
+    receipt_window: u32,
+    /// STOMP: a header every SEND carries, NAME:VALUE (e.g. persistent:true); repeatable. Not
+    /// escaped: no `:` in NAME, no newline in either.
+    #[arg(long, global = true, value_name = "NAME:VALUE", value_parser = send_header)]
+    send_header: Vec<String>,
     /// Destination name under /topic/ or /queue/ (rpc: the channel under /command/ or /query/;
     /// AMQP: after the address prefix) [default: load-<pid>].
     #[arg(long, global = true)]
@@ -199,6 +214,14 @@ struct Common {
     /// No per-second progress lines.
     #[arg(long, short, global = true)]
     quiet: bool,
+}
+
+/// `--send-header`: `NAME:VALUE`, with a non-empty NAME and no newline.
+fn send_header(s: &str) -> Result<String, String> {
+    match s.split_once(':') {
+        Some((name, _)) if !name.is_empty() && !s.contains(['\n', '\r']) => Ok(s.to_owned()),
+        _ => Err("expected NAME:VALUE (non-empty NAME, no newline)".into()),
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -435,8 +458,13 @@ fn params(c: &Common, scenario: &Scenario) -> Map<String, Value> {
         put("rate", json!(c.rate));
         // AMQP fan-out is pre-settled: nothing is waited for.
         let amqp_fanout = c.protocol == Protocol::Amqp && matches!(scenario, Scenario::Fanout { .. });
-        if !matches!(scenario, Scenario::Rpc { .. }) && !amqp_fanout {
+        if c.receipt_window > 0 && !matches!(scenario, Scenario::Rpc { .. }) {
+            put("receipt_window", json!(c.receipt_window));
+        } else if !matches!(scenario, Scenario::Rpc { .. }) && !amqp_fanout {
             put("receipt_every", json!(c.receipt_every));
+        }
+        if !c.send_header.is_empty() {
+            put("send_headers", json!(c.send_header));
         }
         put("drain_s", json!(c.drain_s));
     }
@@ -494,6 +522,9 @@ fn run(cli: &Cli) -> Result<Report, LoadError> {
         }
         if !matches!(cli.scenario, Scenario::Fanout { .. } | Scenario::Queue { .. }) {
             return Err(LoadError::Setup("--protocol amqp has the fanout and queue scenarios only".into()));
+        }
+        if c.receipt_window > 0 || !c.send_header.is_empty() {
+            return Err(LoadError::Setup("--receipt-window and --send-header are STOMP only".into()));
         }
     }
     let port = c.port.unwrap_or(match c.protocol {

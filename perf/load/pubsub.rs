@@ -71,6 +71,8 @@ pub fn run(plan: &Plan, c: &Common, target: &Target, server: Option<Server>) -> 
                     payload: c.payload as usize,
                     rate: per_publisher_rate,
                     receipt_every: c.receipt_every,
+                    receipt_window: c.receipt_window as usize,
+                    extra_headers: c.send_header.iter().flat_map(|h| h.bytes().chain([b'\n'])).collect(),
                 };
                 std::thread::Builder::new()
                     .name(format!("pub-{i}"))
@@ -163,6 +165,17 @@ pub fn account(report: &mut Report, mode: Mode, publishers: usize, published: &[
             lost += p.window_sent() - seen.distinct;
             dup += seen.received - seen.distinct;
         }
+    }
+    let mut receipted = published.iter().filter_map(|p| p.receipted.as_ref()).peekable();
+    if receipted.peek().is_some() {
+        let mut receipt_latency = latency_histogram();
+        let mut n = 0;
+        for r in receipted {
+            receipt_latency.add(&r.latency).expect("same histogram bounds");
+            n += r.in_window;
+        }
+        report.receipted = Some(n);
+        report.receipt_latency = Some(Latency::of(&receipt_latency));
     }
     report.sent = Some(published.iter().map(Published::window_sent).sum());
     report.delivered = Some(delivered);

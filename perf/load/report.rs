@@ -28,6 +28,10 @@ pub struct Report {
     /// Distinct window messages received before the window closed (all receivers).
     pub delivered: Option<u64>,
     pub latency: Option<Latency>,
+    /// `--receipt-window`: window SENDs whose RECEIPT arrived.
+    pub receipted: Option<u64>,
+    /// `--receipt-window`: SEND -> RECEIPT latency of those SENDs.
+    pub receipt_latency: Option<Latency>,
     pub lost: Option<u64>,
     pub duplicated: Option<u64>,
     /// AMQP queue: window deliveries the server settled `accepted` (the receipt's equivalent).
@@ -94,17 +98,22 @@ impl Report {
         (held > 0).then(|| grown as f64 * 1024.0 / held as f64)
     }
 
-    /// Messages lost or duplicated (rpc: or answered with `stomp-error`): the run did not
-    /// deliver exactly what was sent.
+    /// Messages lost or duplicated (rpc: or answered with `stomp-error`; `--receipt-window`:
+    /// or a window SEND without its RECEIPT): the run did not deliver exactly what was sent.
     pub fn violated(&self) -> bool {
-        self.lost.unwrap_or(0) > 0 || self.duplicated.unwrap_or(0) > 0 || self.dropped.unwrap_or(0) > 0 || self.errors.unwrap_or(0) > 0
+        self.receipted.is_some_and(|n| Some(n) != self.sent)
+            || self.lost.unwrap_or(0) > 0
+            || self.duplicated.unwrap_or(0) > 0
+            || self.dropped.unwrap_or(0) > 0
+            || self.errors.unwrap_or(0) > 0
     }
 
     pub fn to_json(&self) -> Value {
         let r1 = |x: Option<f64>| x.map(|v| (v * 10.0).round() / 10.0);
         let r3 = |x: Option<f64>| x.map(|v| (v * 1000.0).round() / 1000.0);
         let lat = self.latency;
-        json!({
+        let rl = self.receipt_latency;
+        let mut v = json!({
             "scenario": self.scenario,
             "protocol": self.protocol,
             "label": self.label,
@@ -142,7 +151,19 @@ impl Report {
             "server_rss_kib": self.server_rss_kib,
             "server_rss_before_kib": self.server_rss_before_kib,
             "rss_per_conn_bytes": r1(self.rss_per_conn_bytes()),
-        })
+        });
+        // Outside the macro, whose recursion limit one object this size reaches.
+        let receipts = json!({
+            "receipted": self.receipted,
+            "receipt_p50_us": r1(rl.map(|l| l.p50_us)),
+            "receipt_p99_us": r1(rl.map(|l| l.p99_us)),
+            "receipt_p999_us": r1(rl.map(|l| l.p999_us)),
+            "receipt_max_us": r1(rl.map(|l| l.max_us)),
+        });
+        if let (Some(all), Value::Object(more)) = (v.as_object_mut(), receipts) {
+            all.extend(more);
+        }
+        v
     }
 
     pub fn human(&self) -> String {
@@ -174,6 +195,17 @@ impl Report {
                 s,
                 "  latency     p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us ({} samples)",
                 l.p50_us, l.p99_us, l.p999_us, l.max_us, l.count
+            );
+        }
+        if let (Some(n), Some(l)) = (self.receipted, self.receipt_latency) {
+            let _ = writeln!(
+                s,
+                "  receipts    {n} of {} window SENDs; SEND -> RECEIPT p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us",
+                self.sent.unwrap_or(0),
+                l.p50_us,
+                l.p99_us,
+                l.p999_us,
+                l.max_us
             );
         }
         if let Some(a) = self.accepted {
