@@ -14,7 +14,9 @@
 #   ROUNDS=5                     rounds (the table shows medians and min-max per side)
 #   CASES="fanout queue connect" scenarios, as in scripts/compare.sh: fanout 1->4 unbounded
 #                                (receipt every 1000), queue 2->2 (receipt every 1000), connect
-#                                (4 workers)
+#                                (4 workers); amqp-fanout and amqp-queue are the same loads over
+#                                AMQP 1.0 (scripts/amqp-bench.sh), to each gateway's AMQP
+#                                listener on PORT+20 (A) / PORT+21 (B)
 #   DURATION_S=8 WARMUP_S=2      measured window and warm-up per run
 #   PORT=61653                   A listens on PORT, B on PORT+1 (each side its own port: a
 #                                gateway's start-up refuses a port with another process's
@@ -98,10 +100,11 @@ for round in $(seq 1 "$ROUNDS"); do
             [ "$side" = B ] && port=$((PORT + 1))
             # shellcheck disable=SC2086
             via=(--port "$port")
-            listen=(--ws-addr off)
+            listen=(--ws-addr off --amqp-addr "127.0.0.1:$((port + 20))")
+            case "$case" in amqp-*) via=(--port "$((port + 20))" --amqp-topic-prefix events/ --amqp-queue-prefix queues/) ;; esac
             if [ "${TRANSPORT:-tcp}" = ws ]; then
                 via=(--ws --port "$((port + 10))")
-                listen=(--ws-addr "127.0.0.1:$((port + 10))")
+                listen=(--ws-addr "127.0.0.1:$((port + 10))" --amqp-addr "127.0.0.1:$((port + 20))")
             fi
             # shellcheck disable=SC2086
             "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" ${STORE_OFF[$side]} $ARGS >"$LOG" 2>&1 &
