@@ -88,6 +88,11 @@ BIN[B]="$B"
 # for a binary that knows the flag (an older one has no store).
 STORE_OFF[A]="$("$A" --help 2>/dev/null | grep -q -- --store-dir && echo "--store-dir off" || true)"
 STORE_OFF[B]="$("$B" --help 2>/dev/null | grep -q -- --store-dir && echo "--store-dir off" || true)"
+# The AMQP listener on 127.0.0.1 (PORT+20 / PORT+21, not the default 0.0.0.0:5672, which two
+# gateways in turn or another user of the machine could hold), for a binary that has one.
+declare -A HAS_AMQP
+HAS_AMQP[A]="$("$A" --help 2>/dev/null | grep -q -- --amqp-addr && echo 1 || true)"
+HAS_AMQP[B]="$("$B" --help 2>/dev/null | grep -q -- --amqp-addr && echo 1 || true)"
 SHA[A]="$(sha256sum "$A" | cut -d' ' -f1)"
 SHA[B]="$(sha256sum "$B" | cut -d' ' -f1)"
 echo "ab.sh: A=$A B=$B; $ROUNDS round(s) of ${CASES[*]}; results: $OUT" >&2
@@ -100,14 +105,16 @@ for round in $(seq 1 "$ROUNDS"); do
             [ "$side" = B ] && port=$((PORT + 1))
             # shellcheck disable=SC2086
             via=(--port "$port")
-            listen=(--ws-addr off --amqp-addr "127.0.0.1:$((port + 20))")
+            listen=(--ws-addr off)
+            amqp=()
+            [ -n "${HAS_AMQP[$side]}" ] && amqp=(--amqp-addr "127.0.0.1:$((port + 20))")
             case "$case" in amqp-*) via=(--port "$((port + 20))" --amqp-topic-prefix events/ --amqp-queue-prefix queues/) ;; esac
             if [ "${TRANSPORT:-tcp}" = ws ]; then
                 via=(--ws --port "$((port + 10))")
-                listen=(--ws-addr "127.0.0.1:$((port + 10))" --amqp-addr "127.0.0.1:$((port + 20))")
+                listen=(--ws-addr "127.0.0.1:$((port + 10))")
             fi
             # shellcheck disable=SC2086
-            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" ${STORE_OFF[$side]} $ARGS >"$LOG" 2>&1 &
+            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" "${amqp[@]}" ${STORE_OFF[$side]} $ARGS >"$LOG" 2>&1 &
             GW_PID=$!
             for _ in $(seq 1 100); do stomp_ready "$port" && break; sleep 0.1; done
             stomp_ready "$port" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }
