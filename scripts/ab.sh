@@ -14,7 +14,9 @@
 #   ROUNDS=5                     rounds (the table shows medians and min-max per side)
 #   CASES="fanout queue connect" scenarios, as in scripts/compare.sh: fanout 1->4 unbounded
 #                                (receipt every 1000), queue 2->2 (receipt every 1000), connect
-#                                (4 workers)
+#                                (4 workers); amqp-fanout and amqp-queue are the same loads over
+#                                AMQP 1.0 (scripts/amqp-bench.sh), to each gateway's AMQP
+#                                listener on PORT+20 (A) / PORT+21 (B)
 #   DURATION_S=8 WARMUP_S=2      measured window and warm-up per run
 #   PORT=61653                   A listens on PORT, B on PORT+1 (each side its own port: a
 #                                gateway's start-up refuses a port with another process's
@@ -86,6 +88,11 @@ BIN[B]="$B"
 # for a binary that knows the flag (an older one has no store).
 STORE_OFF[A]="$("$A" --help 2>/dev/null | grep -q -- --store-dir && echo "--store-dir off" || true)"
 STORE_OFF[B]="$("$B" --help 2>/dev/null | grep -q -- --store-dir && echo "--store-dir off" || true)"
+# The AMQP listener on 127.0.0.1 (PORT+20 / PORT+21, not the default 0.0.0.0:5672, which two
+# gateways in turn or another user of the machine could hold), for a binary that has one.
+declare -A HAS_AMQP
+HAS_AMQP[A]="$("$A" --help 2>/dev/null | grep -q -- --amqp-addr && echo 1 || true)"
+HAS_AMQP[B]="$("$B" --help 2>/dev/null | grep -q -- --amqp-addr && echo 1 || true)"
 SHA[A]="$(sha256sum "$A" | cut -d' ' -f1)"
 SHA[B]="$(sha256sum "$B" | cut -d' ' -f1)"
 echo "ab.sh: A=$A B=$B; $ROUNDS round(s) of ${CASES[*]}; results: $OUT" >&2
@@ -99,12 +106,15 @@ for round in $(seq 1 "$ROUNDS"); do
             # shellcheck disable=SC2086
             via=(--port "$port")
             listen=(--ws-addr off)
+            amqp=()
+            [ -n "${HAS_AMQP[$side]}" ] && amqp=(--amqp-addr "127.0.0.1:$((port + 20))")
+            case "$case" in amqp-*) via=(--port "$((port + 20))" --amqp-topic-prefix events/ --amqp-queue-prefix queues/) ;; esac
             if [ "${TRANSPORT:-tcp}" = ws ]; then
                 via=(--ws --port "$((port + 10))")
                 listen=(--ws-addr "127.0.0.1:$((port + 10))")
             fi
             # shellcheck disable=SC2086
-            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" ${STORE_OFF[$side]} $ARGS >"$LOG" 2>&1 &
+            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" "${amqp[@]}" ${STORE_OFF[$side]} $ARGS >"$LOG" 2>&1 &
             GW_PID=$!
             for _ in $(seq 1 100); do stomp_ready "$port" && break; sleep 0.1; done
             stomp_ready "$port" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }
