@@ -190,3 +190,38 @@ fn a_receipted_publish_is_confirmed_even_when_the_ring_to_its_subscribers_core_i
         assert!(got.iter().any(|m| m.body == b"receipted"), "round {round}: the receipted event never arrived");
     }
 }
+
+#[test]
+fn a_queue_across_cores_keeps_its_order_when_sends_and_acks_share_batches_and_rings_are_full() {
+    // Rings of 2 messages, and the publisher and the consumer on the core that does not own the
+    // queue: that core's batches to the owner mix SENDs and ACKs, both rings overflow, and the
+    // owner's deliveries come back through the full ring. The one consumer still gets every
+    // message once, in order, never redelivered.
+    let server = TestServer::start_with(|c| c.mesh_ring = 2);
+    let base = unique("qring");
+    let name = (0..).map(|i| format!("{base}-{i}")).find(|c| owner(&server, Pattern::Queues, c) == 1).unwrap();
+    let q = format!("/queue/{name}");
+    let mut consumer = connected_on(&server, 0);
+    assert!(consumer.subscribe_sync("c", &q, &[("ack", "client-individual")]).is_empty());
+    let mut publisher = connected_on(&server, 0);
+    const N: usize = 2000;
+    let mut got = Vec::with_capacity(N);
+    let mut sent = 0;
+    let deadline = Instant::now() + WAIT * 4;
+    while got.len() < N && Instant::now() < deadline {
+        if sent < N {
+            let burst: Vec<u8> =
+                (sent..sent + 200).flat_map(|i| common::props::frame_bytes("SEND", &[("destination", &q)], format!("m{i}").as_bytes())).collect();
+            publisher.send_raw(&burst);
+            sent += 200;
+        }
+        while let Some(f) = consumer.frame_within(Duration::from_millis(20)) {
+            assert_eq!(f.command, "MESSAGE", "{f:?}");
+            assert_eq!(f.header("redelivered"), None, "{f:?}");
+            consumer.send("ACK", &[("id", f.header("ack").unwrap())], b"");
+            got.push(index_of(f.body_str(), "m"));
+        }
+    }
+    consumer.no_frame(Duration::from_millis(200));
+    assert_eq!(got, (0..N).collect::<Vec<_>>(), "every message once, in order");
+}

@@ -132,8 +132,9 @@ pub struct Config {
     /// leaves `ws_addr` off: gateways in one process must not share `./store` and its lock. The
     /// command line's default is [`DEFAULT_STORE_DIR`].
     pub store: StoreConfig,
-    /// Capacity of each cross-core ring. Not a setting: the default suits every deployment,
-    /// and tests shrink it to reach the full-ring paths.
+    /// How many messages each cross-core ring holds (its slots carry batches of several,
+    /// `engine::batch::ring_shape`). Not a setting: the default suits every deployment, and
+    /// tests shrink it to reach the full-ring paths.
     pub mesh_ring: usize,
 }
 

@@ -1,5 +1,7 @@
-//! This core's end of the channel mesh: sending `CoreMsg`s to peers (and to itself), the
-//! per-peer overflow queues behind full rings, and the local queue.
+//! This core's end of the channel mesh: sending `CoreMsg`s to peers (and to itself), gathered
+//! into one ring entry per peer per turn ([`super::batch`]), the per-peer overflow queues
+//! behind full rings, and the local queue.
+use super::batch::Batch;
 use super::metrics::Metrics;
 use super::{Core, LOSSY_SPILL_LIMIT, OVERFLOW_PAUSE};
 use crate::array::Outbox;
@@ -9,20 +11,53 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 impl Core {
-    /// Sends `msg` to core `to` (itself included), never dropping it: when the peer's ring
-    /// is full it waits, in order, in that peer's overflow queue.
+    /// Sends `msg` to core `to` (itself included), never dropping it. To itself it is queued
+    /// for `drain_local` at once (local work does not wait for the turn's end); to a peer it
+    /// joins the batch for that peer, shipped when full or when this turn ends
+    /// ([`Core::ship_batches`]), in order either way.
     pub fn dispatch(self: &Rc<Self>, to: CoreId, msg: CoreMsg) {
         if to == self.id {
             self.local.borrow_mut().push_back(msg);
             return;
         }
+        let full = self.pending.borrow_mut().push(to.index(), msg);
+        match full {
+            Some(batch) => self.ship(to, batch),
+            None if !self.turn_end.is_set() => self.turn_end.set(),
+            None => {}
+        }
+    }
+
+    /// The end-of-turn task: whenever something was gathered for a peer, it wakes after the
+    /// tasks that were ready before it have run and ships every peer's batch.
+    pub async fn ship_batches(self: Rc<Self>) {
+        loop {
+            self.turn_end.wait().await;
+            self.turn_end.reset();
+            self.ship_all();
+        }
+    }
+
+    /// Ships every peer's gathered batch now.
+    pub fn ship_all(self: &Rc<Self>) {
+        for to in CoreId::all(self.cores) {
+            let batch = self.pending.borrow_mut().take(to.index());
+            if let Some(batch) = batch {
+                self.ship(to, batch);
+            }
+        }
+    }
+
+    /// Hands one batch to peer `to`'s ring; when the ring is full its messages wait, in
+    /// order, in that peer's overflow queue.
+    fn ship(self: &Rc<Self>, to: CoreId, batch: Batch) {
         let mut overflow = self.overflow.borrow_mut();
-        // Not while the flusher runs either: it holds the message it popped while it waits
-        // for room, and one sent past it now would overtake it (a queue's order broken).
-        if overflow[to.index()].is_empty() && !self.flushing[to.index()].get() {
-            match self.senders.try_send_to(to.index(), msg) {
+        // Not while the flusher runs either: it holds the batch it took while it waits for
+        // room, and one sent past it now would overtake it (a queue's order broken).
+        let mut spilled = if overflow[to.index()].is_empty() && !self.flushing[to.index()].get() {
+            match self.senders.try_send_to(to.index(), batch) {
                 Ok(()) => return,
-                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => overflow[to.index()].push_back(msg),
+                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(batch))) => batch,
                 // The peer has stopped (shutdown): nothing left to deliver to.
                 Err(e) => {
                     tracing::debug!(core = %self.id, %to, error = %e, "mesh send failed");
@@ -30,11 +65,18 @@ impl Core {
                 }
             }
         } else {
-            overflow[to.index()].push_back(msg);
-        }
+            batch
+        };
+        overflow[to.index()].extend(spilled.drain(..));
         drop(overflow);
+        self.pending.borrow_mut().recycle(spilled);
         self.note_backlog();
         self.start_flusher(to);
+    }
+
+    /// Keeps a handled batch's storage for this core's next one.
+    pub fn recycle(&self, batch: Batch) {
+        self.pending.borrow_mut().recycle(batch);
     }
 
     /// Sends an events delivery. A full ring does not drop it at once: one `Deliver` carries
@@ -74,9 +116,19 @@ impl Core {
         let core = Rc::clone(self);
         glommio::spawn_local(async move {
             loop {
-                let next = core.overflow.borrow_mut()[to.index()].pop_front();
-                let Some(msg) = next else { break };
-                if core.senders.send_to(to.index(), msg).await.is_err() {
+                let next = {
+                    let mut overflow = core.overflow.borrow_mut();
+                    let waiting = &mut overflow[to.index()];
+                    let mut pending = core.pending.borrow_mut();
+                    let n = waiting.len().min(pending.per_entry());
+                    (n > 0).then(|| {
+                        let mut batch = pending.empty_batch();
+                        batch.extend(waiting.drain(..n));
+                        batch
+                    })
+                };
+                let Some(batch) = next else { break };
+                if core.senders.send_to(to.index(), batch).await.is_err() {
                     core.overflow.borrow_mut()[to.index()].clear();
                     break;
                 }

@@ -5,6 +5,7 @@
 //! Everything here is owned by one executor thread; `RefCell` borrows are never held across
 //! `.await`, and never across a call into an endpoint that may call back.
 pub mod backend;
+pub mod batch;
 pub mod completion;
 pub mod dispatch;
 pub mod durable;
@@ -46,7 +47,11 @@ pub struct Core {
     /// The exporter's view of `metrics`, refreshed on each tick.
     telemetry: crate::telemetry::CoreMetrics,
     pub started: Instant,
-    senders: Senders<CoreMsg>,
+    senders: Senders<batch::Batch>,
+    /// Per peer: what this turn gathered for it, shipped as one ring entry.
+    pending: RefCell<batch::Pending>,
+    /// Set when something was gathered this turn: wakes `ship_batches`.
+    turn_end: event::LocalEvent,
     /// Per peer: messages that found the ring full, in order; a flusher task drains them.
     overflow: RefCell<Vec<VecDeque<CoreMsg>>>,
     flushing: Vec<Cell<bool>>,
@@ -83,7 +88,7 @@ impl Core {
         cores: usize,
         cfg: Arc<Config>,
         shared: Arc<Shared>,
-        senders: Senders<CoreMsg>,
+        senders: Senders<batch::Batch>,
         egress: Option<crate::egress::Link>,
         store: Option<durable::Opened>,
     ) -> Rc<Core> {
@@ -104,6 +109,7 @@ impl Core {
                 Backend::Embedded(RefCell::new(shard))
             }
         };
+        let per_entry = batch::ring_shape(cfg.mesh_ring).1;
         Rc::new(Core {
             id,
             cores,
@@ -113,6 +119,8 @@ impl Core {
             telemetry: crate::telemetry::CoreMetrics::new(id),
             started: Instant::now(),
             senders,
+            pending: RefCell::new(batch::Pending::new(cores, per_entry)),
+            turn_end: Default::default(),
             overflow: RefCell::new((0..cores).map(|_| VecDeque::new()).collect()),
             flushing: (0..cores).map(|_| Cell::new(false)).collect(),
             backed_up: Cell::new(false),

@@ -1,6 +1,7 @@
 //! The one closed set of messages cores exchange (design.md, "Cores"). Every cross-core
-//! interaction is a `CoreMsg` over glommio's channel mesh; a message to the sending core itself
-//! takes the same path through the core's local queue, so local and remote behave alike.
+//! interaction is a `CoreMsg` over glommio's channel mesh, gathered into one ring entry per peer
+//! per loop turn (`engine::batch`), in order; a message to the sending core itself goes through
+//! the core's local queue at once, so local and remote behave alike except for when.
 //!
 //! Full rings (`engine::dispatch`): every message waits in the sending core's per-peer overflow
 //! queue until the ring has room, and while any core's overflow queue is long every core's
@@ -571,5 +572,6 @@ impl CoreMsg {
     }
 }
 
-// Messages are moved through fixed-size rings: keep them small (bodies travel as shared `Arc`s).
+// Messages are moved in batches and parked in overflow queues: keep them small (bodies travel
+// as shared `Arc`s).
 const _: () = assert!(std::mem::size_of::<CoreMsg>() <= 144);

@@ -18,6 +18,7 @@ mod listeners;
 
 use crate::config::Config;
 use crate::conn;
+use crate::engine::batch::Batch;
 use crate::engine::metrics::Shared;
 use crate::engine::Core;
 use crate::mesh::handle::ArrayHandle;
@@ -92,7 +93,9 @@ impl Server {
             }
             _ => None,
         };
-        let mesh = MeshBuilder::<CoreMsg, _>::full(cores, cfg.mesh_ring);
+        // Ring entries are batches (`engine::batch`): the ring's slots are counted so that it
+        // holds `mesh_ring` messages at most, as before batching.
+        let mesh = MeshBuilder::<Batch, _>::full(cores, crate::engine::batch::ring_shape(cfg.mesh_ring).0);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), StartError>>();
         let mut threads = Vec::with_capacity(cores);
         // Foreign ingress: one channel per core, indexed by mesh peer id. Executors learn their
@@ -328,7 +331,7 @@ async fn run_core(
     cfg: Arc<Config>,
     cpu: usize,
     shared: Arc<Shared>,
-    mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
+    mesh: MeshBuilder<Batch, glommio::channels::channel_mesh::Full>,
     foreign_rxs: Arc<std::sync::Mutex<Vec<Option<flume::Receiver<CoreMsg>>>>>,
     array: ArrayHandle,
     specs: Arc<Vec<listeners::Spec>>,
@@ -393,19 +396,26 @@ async fn run_core(
     let _ = ready.send(Ok(()));
     tracing::debug!(core = %id, listeners = ?specs.iter().map(|s| s.addr).collect::<Vec<_>>(), "core listening");
 
-    // One task per peer ring: handle each message, then whatever it queued locally.
+    // What this core's tasks send peers during a turn goes out as one entry per peer.
+    glommio::spawn_local(Rc::clone(&core).ship_batches()).detach();
+
+    // One task per peer ring: handle each message of each batch in order, then whatever it
+    // queued locally.
     for (_, rx) in receivers.streams() {
         let core = Rc::clone(&core);
         glommio::spawn_local(async move {
             let mut handled = 0u32;
-            while let Some(msg) = rx.recv().await {
-                core.handle(msg);
-                core.drain_local();
-                // A ring that never runs dry would starve every other task of this core.
-                handled += 1;
-                if handled.is_multiple_of(64) {
-                    futures_lite::future::yield_now().await;
+            while let Some(mut batch) = rx.recv().await {
+                for msg in batch.drain(..) {
+                    core.handle(msg);
+                    core.drain_local();
+                    // A ring that never runs dry would starve every other task of this core.
+                    handled += 1;
+                    if handled.is_multiple_of(64) {
+                        futures_lite::future::yield_now().await;
+                    }
                 }
+                core.recycle(batch);
             }
         })
         .detach();
@@ -577,6 +587,7 @@ async fn shutdown_connections(core: &Rc<Core>) {
         endpoint.kill();
     }
     core.drain_local();
+    core.ship_all();
 }
 
 #[cfg(test)]
