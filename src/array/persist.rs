@@ -630,18 +630,17 @@ impl QueueReplay {
         }
         // A copy (see "Compaction"), or out of order (noise from a resync): by sequence.
         match self.live.binary_search_by_key(&seq, |(s, _)| *s) {
-            Ok(at) => match &mut self.live[at].1 {
+            // A hole is a message settled already: sequences are never reused, and a copy is
+            // journaled before any later settlement of its message, so this is a record
+            // logged twice before its settlement, and it stays settled.
+            Ok(at) => {
                 // The later record wins (it is the one whose segment stays); the count its
                 // copy carries follows it as a `Requeue`, so the one known so far is kept.
-                Some(old) => {
+                if let Some(old) = &mut self.live[at].1 {
                     let receive_count = old.receive_count.max(r.receive_count);
                     *old = Recovered { receive_count, ..r };
                 }
-                // Settled already: sequences are never reused, and a copy is journaled
-                // before any later settlement of its message, so this is a record logged
-                // twice before its settlement: it stays settled.
-                None => {}
-            },
+            }
             Err(at) => self.live.insert(at, (seq, Some(r))),
         }
     }
