@@ -52,7 +52,7 @@
 //!
 //! # Compaction
 //! When a core's segment files exceed the bytes of its live message records by more than
-//! `COMPACT_SLACK_SEGMENTS` (4) segments (`engine::durable`; checked on the core's tick), the
+//! `COMPACT_SLACK_SEGMENTS` (4) segments (`engine::durable`; checked after every commit), the
 //! core copies the live messages of the oldest segment that has any (and of any earlier one)
 //! into the active segment: a queue message as its `QueueMessage` record again (same queue
 //! sequence and policy) followed by a `Requeue` with its current receive count when it was

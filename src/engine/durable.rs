@@ -342,13 +342,19 @@ impl Core {
     }
 
     /// Periodic store duty: gives new message records room again once the full-disk back-off
-    /// has passed (nothing else would while no commit runs); deletes dead segments of an idle
-    /// log, or starts a compaction pass when the log holds too much dead space.
+    /// has passed (nothing else would while no commit runs), and [`maybe_compact`].
     pub(super) fn store_tick(self: &Rc<Self>) {
         let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
         if d.disk_full_at.get().is_some() && !d.committing.get() {
             d.refill_room(&shard.borrow());
         }
+        self.maybe_compact();
+    }
+
+    /// Deletes dead segments of an idle log, or starts a compaction pass when the log holds
+    /// too much dead space (after every commit, and on the tick for an idle log).
+    fn maybe_compact(self: &Rc<Self>) {
+        let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
         if d.compacting.get() || d.deleting.get() {
             return;
         }
@@ -522,6 +528,7 @@ impl Core {
                 }
             }
             self.drain_local();
+            self.maybe_compact();
         }
         d.committing.set(false);
         if let Some(before) = idle_dead_below {
