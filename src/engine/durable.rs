@@ -269,10 +269,13 @@ impl Durable {
         first.is_some_and(|id| id < below && id < active)
     }
 
-    /// Compaction passes finished since start, and log segments deleted (for tests and
-    /// metrics).
-    pub fn compactions(&self) -> (u64, u64) {
-        (self.compactions.get(), self.deleted.get())
+    /// Sets the log's `stompgate_store_*` metrics (segments, bytes, compactions, deletions).
+    pub(super) fn publish_metrics(&self, m: &crate::telemetry::StoreMetrics) {
+        let log = self.log.borrow();
+        m.segments.set(log.segments().count() as f64);
+        m.disk_bytes.set(log.disk_bytes() as f64);
+        m.compactions.absolute(self.compactions.get());
+        m.segments_deleted.absolute(self.deleted.get());
     }
 
     /// Writes `batch` (one `write(2)`) and returns where it starts and the sync still to
