@@ -499,15 +499,23 @@ fn compaction_keeps_the_segment_count_bounded_behind_old_live_messages_and_each_
     // 16 KiB segments; 1500 acknowledged messages of 1 KiB would fill about 100 of them, all
     // kept without compaction by the three live messages in the first one.
     let store = TempStore::new("compact");
-    let args = ["--store-dir", store.arg(), "--store-segment-bytes", "16384", "--store-retention-min", "0"];
-    let (dest, pin, held, events) =
-        ("/queue/persist.compact", "/queue/persist.compact.pin", "/queue/persist.compact.held", "/topic-store/persist.compact.store");
+    // No content cache: the unconsumed pins keep their contents on disk only, so compaction
+    // reads them back to copy them, and a read after it must find the copy.
+    let args = ["--store-dir", store.arg(), "--store-segment-bytes", "16384", "--store-retention-min", "0", "--store-cache-mb", "0"];
+    let (dest, pin, pin2, held, events) = (
+        "/queue/persist.compact",
+        "/queue/persist.compact.pin",
+        "/queue/persist.compact.pin2",
+        "/queue/persist.compact.held",
+        "/topic-store/persist.compact.store",
+    );
     let body = |i: usize| format!("a{i:05}{}", "x".repeat(1000));
     let gw = Gateway::spawn(&args, None);
     let mut p = connected(&gw);
     // Old live messages: one nobody consumes, one delivered and never acknowledged, one in
     // an Events-Store channel.
     send_receipted(&mut p, pin, std::iter::once("pin".to_string()));
+    send_receipted(&mut p, pin2, std::iter::once("pin2".to_string()));
     send_receipted(&mut p, held, std::iter::once("held".to_string()));
     send_receipted(&mut p, events, std::iter::once("stored".to_string()));
     let mut h = connected(&gw);
@@ -524,13 +532,17 @@ fn compaction_keeps_the_segment_count_bounded_behind_old_live_messages_and_each_
         assert_eq!(acked, (round * per_round..(round + 1) * per_round).map(body).collect::<Vec<_>>());
         most = most.max(segments(&store.0, 0).len());
     }
-    // Live: three small records. Compaction starts past 4 segments more than that; the
+    // Live: four small records. Compaction starts past 4 segments more than that; the
     // active segment, and copies not yet freed, come on top.
     let left = eventually_at_most(&store.0, 6);
     assert!(left <= 6, "compaction frees the segments behind the old live messages: {left} left");
     assert!(most <= 12, "the count stays bounded throughout: at most {most} segments (without compaction: about 100)");
     assert!(!segments(&store.0, 0).iter().any(|s| s.ends_with("00000000000000000001.seg")), "the first segment is gone");
-    drop((c, h));
+    // Its original's segment gone, a pin kept on disk is read back from its copy.
+    let mut c2 = connected(&gw);
+    let second = c2.subscribe_expect("p2", pin2, &[("ack", "client-individual")], 1);
+    assert_eq!(second[0].body_str(), "pin2");
+    drop((c, h, c2));
     gw.stop(); // SIGKILL
 
     // Each live message exactly once, the delivered one redelivered, the Events-Store one
@@ -539,6 +551,8 @@ fn compaction_keeps_the_segment_count_bounded_behind_old_live_messages_and_each_
     let mut c = connected(&gw);
     let pins = c.subscribe_expect("p", pin, &[], 1);
     assert_eq!((pins[0].body_str(), pins[0].header("redelivered")), ("pin", None), "{pins:?}");
+    let seconds = c.subscribe_expect("p2", pin2, &[], 1);
+    assert_eq!((seconds[0].body_str(), seconds[0].header("redelivered")), ("pin2", Some("true")), "{seconds:?}");
     let helds = c.subscribe_expect("h", held, &[], 1);
     assert_eq!((helds[0].body_str(), helds[0].header("redelivered")), ("held", Some("true")), "{helds:?}");
     assert!(c.subscribe_expect("s", dest, &[], 0).is_empty(), "the acknowledged stream stays acknowledged");
