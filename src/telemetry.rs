@@ -55,6 +55,24 @@ pub struct CoreMetrics {
     pub delivery_latency: latency::Publisher,
     /// The `kubemq_amqp10_*` families.
     pub amqp: amqp::AmqpMetrics,
+    /// The core's store (embedded array with `--store-dir`; absent otherwise).
+    pub store: StoreMetrics,
+}
+
+/// `stompgate_store_*`: a core's log and the queue contents it keeps in memory.
+pub struct StoreMetrics {
+    /// Memory the queued message contents in memory take (`--store-cache-mb`'s measure).
+    pub cache_resident_bytes: Gauge,
+    /// Messages whose content was dropped from memory (kept on disk only), ever.
+    pub cache_evicted: Counter,
+    /// Contents read back from disk ahead of the consumers, ever.
+    pub read_ahead_reads: Counter,
+    /// Segment files of the core's log, and their bytes.
+    pub segments: Gauge,
+    pub disk_bytes: Gauge,
+    /// Compaction passes finished, and segments deleted, ever.
+    pub compactions: Counter,
+    pub segments_deleted: Counter,
 }
 
 impl CoreMetrics {
@@ -73,6 +91,15 @@ impl CoreMetrics {
             queue_depths: QueueDepths::new(id),
             delivery_latency: latency::Publisher::new(id),
             amqp: amqp::AmqpMetrics::new(id),
+            store: StoreMetrics {
+                cache_resident_bytes: gauge!("stompgate_store_cache_resident_bytes", "core" => id.to_string()),
+                cache_evicted: counter!("stompgate_store_cache_evicted_total", "core" => id.to_string()),
+                read_ahead_reads: counter!("stompgate_store_read_ahead_reads_total", "core" => id.to_string()),
+                segments: gauge!("stompgate_store_segments", "core" => id.to_string()),
+                disk_bytes: gauge!("stompgate_store_disk_bytes", "core" => id.to_string()),
+                compactions: counter!("stompgate_store_compactions_total", "core" => id.to_string()),
+                segments_deleted: counter!("stompgate_store_segments_deleted_total", "core" => id.to_string()),
+            },
         }
     }
 }

@@ -225,3 +225,43 @@ fn a_queue_across_cores_keeps_its_order_when_sends_and_acks_share_batches_and_ri
     consumer.no_frame(Duration::from_millis(200));
     assert_eq!(got, (0..N).collect::<Vec<_>>(), "every message once, in order");
 }
+
+#[test]
+fn a_queue_keeps_its_order_when_its_sends_and_deliveries_cross_a_full_ring() {
+    // Regression test for 4e9deab: with rings of 2 messages, SENDs from core 0 to queues
+    // owned by core 1, and the owner's deliveries back to consumers on core 0, spill into the
+    // overflow queues at once. The overflow flusher pops a message and waits for room; a
+    // message dispatched meanwhile (by another task: another connection's reader, or the same
+    // reader's next read) used to go straight into the ring when room appeared, ahead of the
+    // popped one, and a queue's order broke. Several producers, written to in small chunks in
+    // turn, give the readers many chances to run while a flusher waits.
+    let server = TestServer::start_with(|c| c.mesh_ring = 2);
+    let base = unique("qring");
+    let channels: Vec<String> = (0..).map(|i| format!("{base}.{i}")).filter(|c| owner(&server, Pattern::Queues, c) == 1).take(4).collect();
+    let dests: Vec<String> = channels.iter().map(|c| format!("/queue/{c}")).collect();
+    let mut consumers: Vec<_> = dests
+        .iter()
+        .map(|d| {
+            let mut c = connected_on(&server, 0);
+            c.subscribe_sync("s", d, &[]);
+            c
+        })
+        .collect();
+    let mut producers: Vec<_> = dests.iter().map(|_| connected_on(&server, 0)).collect();
+    let (chunks, per_chunk) = (100, 40);
+    for chunk in 0..chunks {
+        for (p, dest) in producers.iter_mut().zip(&dests) {
+            let bytes: Vec<u8> = (0..per_chunk)
+                .flat_map(|i| common::props::frame_bytes("SEND", &[("destination", dest)], format!("m{}", chunk * per_chunk + i).as_bytes()))
+                .collect();
+            p.send_raw(&bytes);
+        }
+    }
+    let total = chunks * per_chunk;
+    for (k, c) in consumers.iter_mut().enumerate() {
+        let got: Vec<usize> = c.read_messages(total).iter().map(|f| index_of(f.body_str(), "m")).collect();
+        let first_break = got.windows(2).position(|w| w[0] > w[1]);
+        assert_eq!(first_break, None, "queue {k}: order broken around {:?}", first_break.map(|i| &got[i.saturating_sub(3)..(i + 4).min(got.len())]));
+        assert_eq!(got, (0..total).collect::<Vec<_>>(), "queue {k}");
+    }
+}

@@ -433,3 +433,48 @@ fn amqp_views_and_gauges_follow_a_raw_client() {
         gone.then_some(())
     });
 }
+
+/// The sum over cores of a `stompgate_store_*` series.
+fn store_metric(addr: SocketAddr, family: &str) -> f64 {
+    let text = get(addr, "/metrics");
+    text.lines().filter(|l| l.starts_with(&format!("{family}{{"))).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// With a store, the log's segments and bytes, the contents kept in memory, the read-ahead
+/// reads of contents kept on disk, compactions and deletions are exported.
+#[test]
+fn store_metrics_follow_the_log_and_the_cache() {
+    use common::flow::*;
+    let addr = free_port();
+    let dir = std::env::temp_dir().join(format!("sg-metrics-store-{}-{}", std::process::id(), common::unique("d")));
+    // No cache: every written message beyond the read-ahead keeps its content on disk only.
+    let gw = Gateway::spawn(
+        &["--metrics-addr", &addr.to_string(), "--store-dir", dir.to_str().unwrap(), "--store-segment-bytes", "16384", "--store-cache-mb", "0"],
+        None,
+    );
+    poll("metrics listener", || TcpStream::connect(addr).ok());
+    let mut p = common::stomp_client::Client::open(gw.stomp_addr);
+    assert_eq!(p.connect("1.2").command, "CONNECTED");
+    let dest = format!("/queue/{}", common::unique("storemetrics"));
+    for i in 0..2000 {
+        p.send("SEND", &[("destination", &dest)], format!("m{i:04}{}", "x".repeat(1000)).as_bytes());
+    }
+    assert!(p.send_sync("SEND", &[("destination", &dest)], b"last").is_empty());
+    // A batch larger than a segment goes into one segment whole: a few large ones here.
+    let disk = poll("disk bytes", || Some(store_metric(addr, "stompgate_store_disk_bytes")).filter(|n| *n >= 2000.0 * 1000.0));
+    let segments = store_metric(addr, "stompgate_store_segments");
+    assert!(segments >= 2.0, "{segments} segments, {disk} bytes");
+    let evicted = poll("evicted", || Some(store_metric(addr, "stompgate_store_cache_evicted_total")).filter(|n| *n > 0.0));
+    assert!(store_metric(addr, "stompgate_store_cache_resident_bytes") < 2000.0 * 1000.0, "{evicted} evicted, yet everything resident");
+    // Consume everything: contents come back through the read-ahead, the log's segments go.
+    let mut c = common::stomp_client::Client::open(gw.stomp_addr);
+    assert_eq!(c.connect("1.2").command, "CONNECTED");
+    let got = c.subscribe_expect("s", &dest, &[], 2001);
+    assert_eq!(got.len(), 2001);
+    poll("read-ahead reads", || Some(store_metric(addr, "stompgate_store_read_ahead_reads_total")).filter(|n| *n > 0.0));
+    poll("deletions", || Some(store_metric(addr, "stompgate_store_segments_deleted_total")).filter(|n| *n > 0.0));
+    poll("segments after the drain", || Some(store_metric(addr, "stompgate_store_segments")).filter(|n| *n <= 3.0));
+    assert!(get(addr, "/metrics").contains("stompgate_store_compactions_total{"), "the compaction counter is exported");
+    drop(gw);
+    let _ = std::fs::remove_dir_all(&dir);
+}

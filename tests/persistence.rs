@@ -7,9 +7,10 @@
 //! torn last record (the tail a kill during a write leaves) is cut and the rest survives; a
 //! store write that fails (a file-size limit standing in for a full disk) answers its STOMP
 //! and gRPC sends with errors at once and loses nothing receipted before.
-//! Space: with small segments, segments holding nothing live are deleted (a live message in
-//! the first one keeps them all until it is settled), and nothing settled comes back after a
-//! kill. Store full: at `--store-max-bytes`, and on a real full filesystem (a 1 MiB tmpfs, where
+//! Space: with small segments, segments holding nothing live are deleted, and nothing settled
+//! comes back after a kill; old live messages (a pinned queue message, delivered or not, an
+//! Events-Store message) are copied forward so that a long acknowledged stream after them
+//! keeps the segment count bounded, and after a kill each comes back exactly once. Store full: at `--store-max-bytes`, and on a real full filesystem (a 1 MiB tmpfs, where
 //! the test may mount one), a refused SEND gets ERROR `too many pending requests` and nothing
 //! receipted is lost.
 //! RECEIPTs are the barriers: a RECEIPT of a SEND or ACK is sent only once its record is
@@ -464,9 +465,8 @@ fn segments_holding_nothing_live_are_deleted_and_nothing_settled_comes_back_afte
     c.send("SUBSCRIBE", &[("id", "s"), ("destination", dest), ("ack", "client-individual")], b"");
     let acked = receive_and_ack(&mut c, 200);
     assert_eq!(acked, (0..200).map(|i| body("a", i)).collect::<Vec<_>>());
-    // Every `a` is settled, but the pin is live in segment 1: nothing may go.
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(segments(&store.0, 0).len() >= written, "the live pin in the first segment keeps the later ones");
+    // Every `a` is settled, but the pin is live in segment 1: only compaction (copying the
+    // pin forward, see `compaction_keeps_...` below) may free the segments now.
     // Settle the pin: now every closed segment holds nothing live. A later commit deletes
     // them (this receipted SEND is one, so is the pin's ACK).
     let mut pc = connected(&gw);
@@ -490,6 +490,75 @@ fn segments_holding_nothing_live_are_deleted_and_nothing_settled_comes_back_afte
     assert_eq!(bodies(&again), (0..20).map(|i| body("b", i)).collect::<Vec<_>>());
     c.no_frame(Duration::from_millis(500));
     assert!(c.subscribe_expect("p", pin, &[], 0).is_empty(), "the settled pin stays settled");
+    let err = gw.stop();
+    assert!(err.contains("store recovered"), "{err}");
+}
+
+#[test]
+fn compaction_keeps_the_segment_count_bounded_behind_old_live_messages_and_each_comes_back_once_after_kill_9() {
+    // 16 KiB segments; 1500 acknowledged messages of 1 KiB would fill about 100 of them, all
+    // kept without compaction by the three live messages in the first one.
+    let store = TempStore::new("compact");
+    // No content cache: the unconsumed pins keep their contents on disk only, so compaction
+    // reads them back to copy them, and a read after it must find the copy.
+    let args = ["--store-dir", store.arg(), "--store-segment-bytes", "16384", "--store-retention-min", "0", "--store-cache-mb", "0"];
+    let (dest, pin, pin2, held, events) = (
+        "/queue/persist.compact",
+        "/queue/persist.compact.pin",
+        "/queue/persist.compact.pin2",
+        "/queue/persist.compact.held",
+        "/topic-store/persist.compact.store",
+    );
+    let body = |i: usize| format!("a{i:05}{}", "x".repeat(1000));
+    let gw = Gateway::spawn(&args, None);
+    let mut p = connected(&gw);
+    // Old live messages: one nobody consumes, one delivered and never acknowledged, one in
+    // an Events-Store channel.
+    send_receipted(&mut p, pin, std::iter::once("pin".to_string()));
+    send_receipted(&mut p, pin2, std::iter::once("pin2".to_string()));
+    send_receipted(&mut p, held, std::iter::once("held".to_string()));
+    send_receipted(&mut p, events, std::iter::once("stored".to_string()));
+    let mut h = connected(&gw);
+    let delivered = h.subscribe_expect("h", held, &[("ack", "client-individual")], 1);
+    assert_eq!(delivered[0].body_str(), "held");
+    let mut c = connected(&gw);
+    c.send("SUBSCRIBE", &[("id", "s"), ("destination", dest), ("ack", "client-individual")], b"");
+    // The acknowledged stream, in rounds; the segment count is sampled after each.
+    let (rounds, per_round) = (15, 100);
+    let mut most = 0;
+    for round in 0..rounds {
+        send_receipted(&mut p, dest, (round * per_round..(round + 1) * per_round).map(body));
+        let acked = receive_and_ack(&mut c, per_round);
+        assert_eq!(acked, (round * per_round..(round + 1) * per_round).map(body).collect::<Vec<_>>());
+        most = most.max(segments(&store.0, 0).len());
+    }
+    // Live: four small records. Compaction starts past 4 segments more than that; the
+    // active segment, and copies not yet freed, come on top.
+    let left = eventually_at_most(&store.0, 6);
+    assert!(left <= 6, "compaction frees the segments behind the old live messages: {left} left");
+    assert!(most <= 12, "the count stays bounded throughout: at most {most} segments (without compaction: about 100)");
+    assert!(!segments(&store.0, 0).iter().any(|s| s.ends_with("00000000000000000001.seg")), "the first segment is gone");
+    // Its original's segment gone, a pin kept on disk is read back from its copy.
+    let mut c2 = connected(&gw);
+    let second = c2.subscribe_expect("p2", pin2, &[("ack", "client-individual")], 1);
+    assert_eq!(second[0].body_str(), "pin2");
+    drop((c, h, c2));
+    gw.stop(); // SIGKILL
+
+    // Each live message exactly once, the delivered one redelivered, the Events-Store one
+    // with its sequence; nothing of the stream.
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    let pins = c.subscribe_expect("p", pin, &[], 1);
+    assert_eq!((pins[0].body_str(), pins[0].header("redelivered")), ("pin", None), "{pins:?}");
+    let seconds = c.subscribe_expect("p2", pin2, &[], 1);
+    assert_eq!((seconds[0].body_str(), seconds[0].header("redelivered")), ("pin2", Some("true")), "{seconds:?}");
+    let helds = c.subscribe_expect("h", held, &[], 1);
+    assert_eq!((helds[0].body_str(), helds[0].header("redelivered")), ("held", Some("true")), "{helds:?}");
+    assert!(c.subscribe_expect("s", dest, &[], 0).is_empty(), "the acknowledged stream stays acknowledged");
+    let stored = stamped(&c.subscribe_expect("e", events, &[("x-kubemq-start", "first")], 1));
+    assert_eq!((stored[0].0, stored[0].2.as_str()), (1, "stored"));
+    c.no_frame(Duration::from_millis(500));
     let err = gw.stop();
     assert!(err.contains("store recovered"), "{err}");
 }

@@ -46,9 +46,40 @@
 //! dead are durable. Deleting only a prefix is what makes it crash-safe: a settlement is never
 //! in an earlier segment than its message, so whenever a settlement's segment is deleted, its
 //! message's went first (or with it), and a message whose settlement survives on disk is
-//! harmless (an orphan). Live records are not copied forward (no compaction): one old live
-//! message keeps its segment and every later one on disk. The disk bound this gives is
-//! stated in README ("Persistence").
+//! harmless (an orphan). Alone, this would let one old live message keep its segment and every
+//! later one on disk; compaction (below) copies such messages forward. The disk bound this
+//! gives is stated in README ("Persistence").
+//!
+//! # Compaction
+//! When a core's segment files exceed the bytes of its live message records by more than
+//! `COMPACT_SLACK_SEGMENTS` (4) segments (`engine::durable`; checked after every commit), the
+//! core copies the live messages of the oldest segment that has any (and of any earlier one)
+//! into the active segment: a queue message as its `QueueMessage` record again (same queue
+//! sequence and policy) followed by a `Requeue` with its current receive count when it was
+//! delivered; an Events-Store message as its `StoreMessage` again (same channel sequence and
+//! timestamp). A content kept only on disk is read back first, through the read path
+//! deliveries use (`read_back`, checksums checked). This runs on the core, a bounded number of
+//! messages a turn (the queues' [`CompactCursor`](super::queue::CompactCursor) and the store's),
+//! each turn's copies committed before the next turn; then the dead prefix goes as above.
+//! The live bytes are counted per epoch as the records' sizes when they were journaled
+//! ([`Journal::live_bytes_estimate`]: a segment's live share of its message records' bytes).
+//!
+//! Crash safety, the copies being ordinary records in log order:
+//! * A copy counts as live in its own segment (the journal moves its count, the queue entry's
+//!   epoch and its [`Loc`]) only once the batch holding it is durable ([`Journal::moved`],
+//!   `Queues::moved`, `Store::moved`): until then the original keeps its segment, so a copy
+//!   lost with a failed or torn batch loses nothing (the next pass copies again).
+//! * Replay meets the original, then the copy: the later record wins (its location, its
+//!   segment), the receive count known so far is kept and the copy's `Requeue` follows it
+//!   (`QueueReplay::insert`; the store folds copies by sequence, `Store::restore`). With the
+//!   original's segment deleted the copy alone brings the message back. Either way once.
+//! * A settlement is journaled after the copies made before it (one journal, one order), so
+//!   it lands after them in the log and settles whichever record replay kept: it is never
+//!   lost, nor applied to another message (sequences are never reused). A message settled
+//!   while its copy waited for a read is simply not copied; one settled after its copy was
+//!   journaled is found gone when the copy is durable and nothing moves.
+//! * A message record met after its message was settled (only a record logged twice can be)
+//!   does not bring it back.
 //!
 //! # Room (`--store-max-bytes`)
 //! A journal may share a [`Room`] with the core: the bytes new message records may still take
@@ -183,6 +214,14 @@ pub struct Journal {
     /// Where each queue message record sits in `buf`, so the queue can find it on disk once
     /// the core has written it (see [`Placement`]).
     placed: Vec<Placement>,
+    /// Message records journaled per epoch that still has a live message: (records, bytes),
+    /// for an estimate of the live bytes (see "Compaction").
+    born: BTreeMap<LogEpoch, (u64, u64)>,
+    /// Queue message records copied forward (see "Compaction") in `buf`: the queue moves
+    /// each message to its copy once the batch is durable.
+    moved: Vec<Placement>,
+    /// Events-Store messages copied forward in `buf`: (channel, sequence, record bytes).
+    store_moved: Vec<(Channel, u64, u64)>,
 }
 
 /// A queue message record in a journal's pending bytes: the core adds the position its batch
@@ -236,6 +275,23 @@ impl Journal {
         self.live.keys().next().copied()
     }
 
+    /// An estimate of the bytes the live message records take on disk: per epoch, its live
+    /// share of the message records journaled in it (exact when a segment's records are of
+    /// one size).
+    pub fn live_bytes_estimate(&self) -> u64 {
+        self.born
+            .iter()
+            .map(|(epoch, &(records, bytes))| {
+                let live = self.live.get(epoch).copied().unwrap_or(0).min(records);
+                if records == 0 {
+                    0
+                } else {
+                    (u128::from(bytes) * u128::from(live) / u128::from(records)) as u64
+                }
+            })
+            .sum()
+    }
+
     /// Live messages, over every epoch.
     pub fn live_messages(&self) -> u64 {
         self.live.values().sum()
@@ -251,10 +307,14 @@ impl Journal {
         self.refused
     }
 
-    /// A message of `epoch` came back from the log at start: it is live.
-    pub fn recovered(&mut self, epoch: LogEpoch) {
+    /// A message of `epoch` came back from the log at start, its record `bytes` long: it is
+    /// live.
+    pub fn recovered(&mut self, epoch: LogEpoch, bytes: u64) {
         if self.enabled {
             *self.live.entry(epoch).or_default() += 1;
+            let born = self.born.entry(epoch).or_default();
+            born.0 += 1;
+            born.1 += bytes;
         }
     }
 
@@ -263,6 +323,7 @@ impl Journal {
         if let std::collections::btree_map::Entry::Occupied(mut e) = self.live.entry(epoch) {
             let left = e.get().saturating_sub(n);
             if left == 0 {
+                self.born.remove(e.key());
                 e.remove();
             } else {
                 *e.get_mut() = left;
@@ -288,6 +349,9 @@ impl Journal {
             room.set(room.get() - len);
         }
         *self.live.entry(self.epoch).or_default() += 1;
+        let born = self.born.entry(self.epoch).or_default();
+        born.0 += 1;
+        born.1 += (self.buf.len() - start) as u64;
         Some(self.epoch)
     }
 
@@ -309,6 +373,59 @@ impl Journal {
     pub fn take_placements(&mut self, base: usize, into: &mut Vec<Placement>) {
         into.clear();
         into.extend(self.placed.drain(..).map(|p| Placement { offset: p.offset + base, ..p }));
+    }
+
+    /// Moves the copies (see "Compaction") of the records just taken into `queues` (offsets
+    /// moved by `base`, as [`take_placements`](Self::take_placements)) and `stores` (both
+    /// cleared first).
+    pub fn take_moved(&mut self, base: usize, queues: &mut Vec<Placement>, stores: &mut Vec<(Channel, u64, u64)>) {
+        queues.clear();
+        queues.extend(self.moved.drain(..).map(|p| Placement { offset: p.offset + base, ..p }));
+        stores.clear();
+        stores.append(&mut self.store_moved);
+    }
+
+    /// Journals a copy of the live queue message `seq` of `msg.channel` (see "Compaction"):
+    /// its record again, then, when it was delivered, its receive count. Not counted against
+    /// the room (the copy replaces a record whose segment then goes) and not counted as live
+    /// until [`moved`](Self::moved): until the copy is durable, the original is the one that
+    /// keeps the message.
+    pub fn copy_message(&mut self, msg: &Message, seq: u64, expires_at_ns: i64, meta: Option<&QueueMeta>, receive_count: u32) {
+        if !self.enabled {
+            return;
+        }
+        let start = self.buf.len();
+        self.put(&queue_message(msg, seq, expires_at_ns, meta));
+        if let Ok(len) = u32::try_from(self.buf.len() - start) {
+            if len > 0 {
+                self.moved.push(Placement { channel: msg.channel.clone(), seq, offset: start, len });
+            }
+        }
+        if receive_count > 0 {
+            self.delivered(&msg.channel, seq, receive_count);
+        }
+    }
+
+    /// Journals a copy of the live Events-Store message `msg` (see "Compaction"); counted as
+    /// for [`copy_message`](Self::copy_message).
+    pub fn copy_stored(&mut self, msg: &Message) {
+        if self.enabled {
+            let start = self.buf.len();
+            self.put(&Record::StoreMessage(StoreMessage { channel: &msg.channel.0, sequence: msg.sequence, content: content_of(msg) }));
+            self.store_moved.push((msg.channel.clone(), msg.sequence, (self.buf.len() - start) as u64));
+        }
+    }
+
+    /// A live message of `from` now has its durable copy, `bytes` long, in `to`.
+    pub fn moved(&mut self, from: LogEpoch, to: LogEpoch, bytes: u64) {
+        if !self.enabled || from == to {
+            return;
+        }
+        self.dead(from, 1);
+        *self.live.entry(to).or_default() += 1;
+        let born = self.born.entry(to).or_default();
+        born.0 += 1;
+        born.1 += bytes;
     }
 
     /// Appends the pending records to `batch` (a second journal's records joining the first's
@@ -344,16 +461,7 @@ impl Journal {
         if !self.enabled {
             return Some(LogEpoch::default());
         }
-        let rec = Record::QueueMessage(QueueMessage {
-            channel: &msg.channel.0,
-            seq,
-            content: content_of(msg),
-            expires_at_ns,
-            delayed_to_ns: meta.map_or(0, |m| m.delayed_to_ns),
-            max_receive: meta.map_or(0, |m| m.max_receive),
-            dead_letter: meta.and_then(|m| m.dead_letter.as_ref()).map(|c| c.0.as_ref()),
-            rerouted_from: meta.and_then(|m| m.rerouted_from.as_ref()).map(|c| c.0.as_ref()),
-        });
+        let rec = queue_message(msg, seq, expires_at_ns, meta);
         let start = self.buf.len();
         let epoch = self.birth(&rec)?;
         if let Ok(len) = u32::try_from(self.buf.len() - start) {
@@ -397,6 +505,19 @@ impl Journal {
     }
 }
 
+fn queue_message<'a>(msg: &'a Message, seq: u64, expires_at_ns: i64, meta: Option<&'a QueueMeta>) -> Record<'a> {
+    Record::QueueMessage(QueueMessage {
+        channel: &msg.channel.0,
+        seq,
+        content: content_of(msg),
+        expires_at_ns,
+        delayed_to_ns: meta.map_or(0, |m| m.delayed_to_ns),
+        max_receive: meta.map_or(0, |m| m.max_receive),
+        dead_letter: meta.and_then(|m| m.dead_letter.as_ref()).map(|c| c.0.as_ref()),
+        rerouted_from: meta.and_then(|m| m.rerouted_from.as_ref()).map(|c| c.0.as_ref()),
+    })
+}
+
 fn content_of(msg: &Message) -> Content<'_> {
     Content {
         id: &msg.id,
@@ -406,6 +527,11 @@ fn content_of(msg: &Message) -> Content<'_> {
         tags: msg.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect(),
         timestamp_ns: msg.timestamp_ns,
     }
+}
+
+/// The size of the record an Events-Store message has in the log.
+pub fn stored_len(msg: &Message) -> u64 {
+    record::encoded_len(&Record::StoreMessage(StoreMessage { channel: &msg.channel.0, sequence: msg.sequence, content: content_of(msg) })) as u64
 }
 
 /// A start with a store must not accept a body whose record the log would refuse.
@@ -502,13 +628,18 @@ impl QueueReplay {
             Some((last, _)) if *last >= seq => {}
             _ => return self.live.push((seq, Some(r))),
         }
-        // Out of order (noise from a resync, or a record logged twice): place it by sequence.
+        // A copy (see "Compaction"), or out of order (noise from a resync): by sequence.
         match self.live.binary_search_by_key(&seq, |(s, _)| *s) {
+            // A hole is a message settled already: sequences are never reused, and a copy is
+            // journaled before any later settlement of its message, so this is a record
+            // logged twice before its settlement, and it stays settled.
             Ok(at) => {
-                if self.live[at].1.is_none() {
-                    self.holes -= 1;
+                // The later record wins (it is the one whose segment stays); the count its
+                // copy carries follows it as a `Requeue`, so the one known so far is kept.
+                if let Some(old) = &mut self.live[at].1 {
+                    let receive_count = old.receive_count.max(r.receive_count);
+                    *old = Recovered { receive_count, ..r };
                 }
-                self.live[at].1 = Some(r);
             }
             Err(at) => self.live.insert(at, (seq, Some(r))),
         }
@@ -757,6 +888,101 @@ mod tests {
         assert_eq!(r.live(), 1, "the queue's message is still there for the queues");
     }
 
+    /// Replays `segments` (id, bytes) in order, as a log of those segments would.
+    fn replay_segments(segments: &[(u64, &[u8])]) -> Replay {
+        let mut r = Replay::default();
+        for &(id, buf) in segments {
+            let scan = super::super::log::segment::scan_segment(buf, |offset, rec| r.apply(Position { segment: SegmentId(id), offset }, &rec));
+            assert_eq!(scan.good_len, buf.len());
+        }
+        r
+    }
+
+    /// (sequence, body, receive count, segment) of every live message of queue `q`, read
+    /// back through the location recovery gives it.
+    fn live_in(r: Replay, segments: &[(u64, &[u8])]) -> Vec<(u64, String, u32, u64)> {
+        let q = Channel::from_static("q");
+        let Some((_, _, live)) = r.into_queues().find(|(name, _, _)| *name == q) else { return Vec::new() };
+        live.map(|m| {
+            let RecoveredBody::Disk(loc) = m.body else { panic!("on disk") };
+            let buf = segments.iter().find(|(id, _)| *id == u64::from(loc.segment)).expect("the record's segment is there").1;
+            let msg = read_in(buf, &q, &m).expect("its record reads back");
+            assert_eq!(m.epoch, LogEpoch(u64::from(loc.segment)), "counted where its record is");
+            (m.seq, String::from_utf8(msg.body.to_vec()).unwrap(), m.receive_count, u64::from(loc.segment))
+        })
+        .collect()
+    }
+
+    #[test]
+    fn replay_with_copies_keeps_each_message_once_at_its_latest_record_whatever_survives() {
+        let q = Channel::from_static("q");
+        let mut j = Journal::enabled();
+        j.set_epoch(LogEpoch(1));
+        // Segment 1: five messages, 2 delivered twice, 3 acknowledged; an Events-Store one.
+        let mut epochs = Vec::new();
+        for (seq, body) in [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")] {
+            epochs.push(j.message(&msg("q", body), seq, 0, None).unwrap());
+        }
+        let stamped = Message { sequence: 1, timestamp_ns: 42, ..msg("s", "x") };
+        let s1 = j.stored(&stamped).unwrap();
+        j.delivered(&q, 2, 1);
+        j.delivered(&q, 2, 2);
+        j.gone(&q, 3, epochs[2]);
+        let mut seg1 = Vec::new();
+        j.take(&mut seg1);
+        j.take_placements(0, &mut Vec::new());
+        // Segment 2: compaction copies the live 1, 2 and 4 (2 with its count) and the store
+        // message; then 1 is acknowledged and 4 delivered once more, both after their copies.
+        j.set_epoch(LogEpoch(2));
+        for (seq, body, count) in [(1, "a", 0), (2, "b", 2), (4, "d", 0)] {
+            j.copy_message(&msg("q", body), seq, 0, None, count);
+        }
+        j.copy_stored(&stamped);
+        let (mut moved, mut moved_stored) = (Vec::new(), Vec::new());
+        j.take_moved(0, &mut moved, &mut moved_stored);
+        assert_eq!(moved.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 2, 4]);
+        assert_eq!(moved_stored.iter().map(|(c, seq, _)| (c.clone(), *seq)).collect::<Vec<_>>(), [(Channel::from_static("s"), 1)]);
+        // Until the copies are durable the originals keep segment 1; then they count in 2.
+        assert_eq!(j.oldest_live(), Some(LogEpoch(1)));
+        for p in &moved {
+            j.moved(epochs[p.seq as usize - 1], LogEpoch(2), u64::from(p.len));
+        }
+        j.moved(s1, LogEpoch(2), moved_stored[0].2);
+        assert_eq!(j.oldest_live(), Some(LogEpoch(1)), "5 is not copied yet");
+        j.gone(&q, 1, LogEpoch(2));
+        j.delivered(&q, 4, 1);
+        let mut seg2 = Vec::new();
+        j.take(&mut seg2);
+        let expected_both = vec![(2, "b".to_string(), 2, 2), (4, "d".to_string(), 1, 2), (5, "e".to_string(), 0, 1)];
+        // Both segments: each message once, at its copy, with the latest count.
+        let both = [(1, seg1.as_slice()), (2, seg2.as_slice())];
+        assert_eq!(live_in(replay_segments(&both), &both), expected_both);
+        let mut r = replay_segments(&both);
+        let stores: Vec<_> = r.take_stores().collect();
+        let mut store = crate::array::store::Store::default().with_journal();
+        assert_eq!(store.restore(stores.into_iter()), 1, "the store message and its copy are one message");
+        assert_eq!(store.last_seq(&Channel::from_static("s")), 1);
+        // The original's segment deleted (all that compaction is for): the same, 5 aside
+        // (it was live in segment 1, which is why segment 1 could not go yet).
+        let copies_only = [(2, seg2.as_slice())];
+        assert_eq!(live_in(replay_segments(&copies_only), &copies_only), expected_both[..2].to_vec());
+        // Segment 2 torn right after the copies of 1 and 2 (before the copy of 4 and the
+        // later settlements): nothing lost, nothing twice, counts kept.
+        let cut = moved[2].offset;
+        let torn = [(1, seg1.as_slice()), (2, &seg2[..cut])];
+        assert_eq!(
+            live_in(replay_segments(&torn), &torn),
+            [(1, "a".to_string(), 0, 2), (2, "b".to_string(), 2, 2), (4, "d".to_string(), 0, 1), (5, "e".to_string(), 0, 1)]
+        );
+        // A copy (or any record) of a message already settled does not bring it back.
+        let mut late = Journal::enabled();
+        late.copy_message(&msg("q", "c"), 3, 0, None, 0);
+        let mut seg3 = Vec::new();
+        late.take(&mut seg3);
+        let all = [(1, seg1.as_slice()), (2, seg2.as_slice()), (3, seg3.as_slice())];
+        assert_eq!(live_in(replay_segments(&all), &all), expected_both);
+    }
+
     #[test]
     fn a_disabled_journal_keeps_nothing() {
         let mut j = Journal::default();
@@ -820,7 +1046,7 @@ mod tests {
         j.store_deleted(&Channel::from_static("s"), &[(s2, 1)]);
         assert_eq!((j.oldest_live(), j.live_messages()), (None, 0));
         // A message of epoch 1 recovered at start counts too.
-        j.recovered(LogEpoch(1));
+        j.recovered(LogEpoch(1), 100);
         assert_eq!(j.oldest_live(), Some(LogEpoch(1)));
     }
 

@@ -338,6 +338,27 @@ impl QueueChannel {
         }
     }
 
+    /// The entry of message `seq`, wherever it waits. `ready` is in sequence order but for
+    /// NACKed messages (at the tail) and released ones (at the head): a binary search finds
+    /// the others, and a short queue is searched whole. Not finding one is always safe for
+    /// compaction (the message keeps its original record, and is copied again later).
+    fn find_mut(&mut self, seq: u64) -> Option<&mut Entry> {
+        let in_ready = self.ready.binary_search_by_key(&seq, |e| e.seq).ok().or_else(|| {
+            if self.ready.len() <= FIND_SCAN_MAX {
+                self.ready.iter().position(|e| e.seq == seq)
+            } else {
+                None
+            }
+        });
+        if let Some(i) = in_ready {
+            return self.ready.get_mut(i);
+        }
+        if let Some(i) = self.delayed.iter().position(|(_, e)| e.seq == seq) {
+            return self.delayed.get_mut(i).map(|(_, e)| e);
+        }
+        self.inflight.values_mut().map(|f| &mut f.entry).find(|e| e.seq == seq)
+    }
+
     /// Messages held: ready, delayed and in flight.
     fn depth(&self) -> usize {
         self.ready.len() + self.delayed.len() + self.inflight.len()
@@ -371,6 +392,31 @@ fn footprint(msg: &Message) -> usize {
 
 /// How far past a batch's own messages [`QueueChannel::evict`] looks for them from the tail.
 const EVICT_SCAN_SLACK: usize = 64;
+
+/// A ready list this short is searched whole when a binary search misses (see `find_mut`).
+const FIND_SCAN_MAX: usize = 4096;
+
+/// Where a compaction pass (`persist`, "Compaction") is in the queues: the queues as the pass
+/// began, the next one, and the position in it (its in-flight messages first, then its ready
+/// list followed by its delayed one). Positions shift as messages come and go between turns:
+/// a message skipped is copied by a later pass, one seen twice is copied twice (the later
+/// copy wins, see `persist::Replay`).
+#[derive(Debug, Default)]
+pub struct CompactCursor {
+    started: bool,
+    channels: Vec<Channel>,
+    next: usize,
+    inflight_done: bool,
+    pos: usize,
+}
+
+/// Journals a copy of `entry` when its content is in memory, else asks for it to be read.
+fn copy_entry(name: &Channel, entry: &Entry, journal: &mut Journal, reads: &mut Vec<ReadRequest>) {
+    match &entry.body {
+        Body::Mem(msg) => journal.copy_message(msg, entry.seq, entry.expires_at_ns, entry.meta.as_deref(), entry.receive_count),
+        Body::Disk(loc) | Body::Reading(loc) => reads.push(ReadRequest { channel: name.clone(), seq: entry.seq, loc: *loc }),
+    }
+}
 
 /// Producer pacing: hold receipts while the backlog exceeds this many consumer prefetch windows…
 const PACING_WINDOWS: usize = 16;
@@ -519,6 +565,89 @@ impl Queues {
         }
     }
 
+    /// One turn of a compaction pass (`persist`, "Compaction"): looks at up to `max_scan`
+    /// messages from `cursor` on, and for those whose record is in `target` or an earlier
+    /// segment journals a copy (content in memory) or adds a read to `reads` (content on
+    /// disk; [`compact_loaded`](Self::compact_loaded) copies it once read), up to
+    /// `max_copies` of them. Returns whether the pass went through every queue.
+    pub fn compact(&mut self, target: LogEpoch, cursor: &mut CompactCursor, max_scan: usize, max_copies: usize, reads: &mut Vec<ReadRequest>) -> bool {
+        if !self.journal.is_enabled() {
+            return true;
+        }
+        if !cursor.started {
+            cursor.started = true;
+            cursor.channels = self.channels.keys().cloned().collect();
+        }
+        let (mut scanned, mut copies) = (0, 0);
+        while let Some(name) = cursor.channels.get(cursor.next) {
+            if let Some(ch) = self.channels.get_mut(name) {
+                if !cursor.inflight_done {
+                    // Bounded by the consumers' prefetch.
+                    for f in ch.inflight.values().filter(|f| f.entry.epoch <= target) {
+                        copy_entry(name, &f.entry, &mut self.journal, reads);
+                        copies += 1;
+                    }
+                    cursor.inflight_done = true;
+                }
+                while cursor.pos < ch.ready.len() + ch.delayed.len() {
+                    if scanned >= max_scan || copies >= max_copies {
+                        return false;
+                    }
+                    scanned += 1;
+                    let entry = match ch.ready.get(cursor.pos) {
+                        Some(e) => e,
+                        None => &ch.delayed[cursor.pos - ch.ready.len()].1,
+                    };
+                    cursor.pos += 1;
+                    if entry.epoch <= target {
+                        copy_entry(name, entry, &mut self.journal, reads);
+                        copies += 1;
+                    }
+                }
+            }
+            cursor.next += 1;
+            cursor.pos = 0;
+            cursor.inflight_done = false;
+        }
+        true
+    }
+
+    /// Contents read for compaction: each message still waiting with its record in
+    /// `target` or earlier gets its copy journaled (its content stays on disk only).
+    pub fn compact_loaded(&mut self, target: LogEpoch, results: Vec<(ReadRequest, Result<Arc<Message>, ReadError>)>) {
+        for (req, result) in results {
+            let msg = match result {
+                Ok(msg) => msg,
+                // Tried again by a later pass; an unreadable record is found by delivery.
+                Err(e) => {
+                    tracing::debug!(queue = %req.channel, seq = req.seq, error = ?e, "compaction could not read a message back");
+                    continue;
+                }
+            };
+            let Some(entry) = self.channels.get_mut(&req.channel).and_then(|ch| ch.find_mut(req.seq)) else { continue };
+            if entry.epoch <= target {
+                self.journal.copy_message(&msg, entry.seq, entry.expires_at_ns, entry.meta.as_deref(), entry.receive_count);
+            }
+        }
+    }
+
+    /// The copies `copies` (offsets relative to `base`) are durable in `segment`: each
+    /// message still here counts there and, when its content is on disk, is read from its
+    /// copy from now on (so its original's segment may go).
+    pub fn moved(&mut self, segment: SegmentId, base: u64, copies: &[Placement]) {
+        let to = LogEpoch(segment.0);
+        for p in copies {
+            let Some(entry) = self.channels.get_mut(&p.channel).and_then(|ch| ch.find_mut(p.seq)) else { continue };
+            if let Body::Disk(loc) | Body::Reading(loc) = &mut entry.body {
+                // A copy that cannot be located in 32 bits is not used: the original stays.
+                let Some(copy) = Loc::new(segment, base + p.offset as u64, p.len as usize, loc.body_len as usize) else { continue };
+                *loc = copy;
+            }
+            self.journal.moved(entry.epoch, to, u64::from(p.len));
+            entry.epoch = to;
+        }
+    }
+
     /// Sets the depth limit of every queue (messages, body bytes; 0 = unlimited).
     pub fn with_depth_limit(mut self, max_messages: usize, max_bytes: usize) -> Self {
         self.max_messages = max_messages;
@@ -545,7 +674,11 @@ impl Queues {
             ch.next_seq = ch.next_seq.max(max_seq);
             for r in live {
                 restored += 1;
-                self.journal.recovered(r.epoch);
+                let bytes = match &r.body {
+                    RecoveredBody::Disk(loc) => u64::from(loc.len),
+                    RecoveredBody::Mem(msg) => footprint(msg) as u64,
+                };
+                self.journal.recovered(r.epoch, bytes);
                 let Recovered { body, epoch, seq, receive_count, expires_at_ns, meta } = r;
                 let body = match body {
                     RecoveredBody::Disk(loc) => Body::Disk(loc),

@@ -155,6 +155,42 @@ impl StoreChannel {
         self.reanchor(journal);
     }
 
+    /// Sets the epoch of the message at `at` (its position in the log) to `to`, splitting its
+    /// run; returns the epoch it had, or `None` when it had `to` already or is not counted.
+    fn set_epoch_at(&mut self, at: usize, to: LogEpoch) -> Option<LogEpoch> {
+        let mut start = 0;
+        let i = self.epochs.iter().position(|&(_, n)| {
+            start += n as usize;
+            at < start
+        })?;
+        let (from, n) = self.epochs[i];
+        if from == to {
+            return None;
+        }
+        let end = start;
+        let run_start = end - n as usize;
+        let (before, after) = ((at - run_start) as u64, (end - at - 1) as u64);
+        self.epochs.remove(i);
+        let mut k = i;
+        for part in [(from, before), (to, 1), (from, after)] {
+            if part.1 > 0 {
+                self.epochs.insert(k, part);
+                k += 1;
+            }
+        }
+        // Copies go in position order, so neighbouring runs of one epoch merge back.
+        let mut j = i.saturating_sub(1);
+        while j + 1 < self.epochs.len() && j <= k {
+            if self.epochs[j].0 == self.epochs[j + 1].0 {
+                self.epochs[j].1 += self.epochs[j + 1].1;
+                self.epochs.remove(j + 1);
+            } else {
+                j += 1;
+            }
+        }
+        Some(from)
+    }
+
     /// Journals the anchor again when its record is in an older segment than the active
     /// one, so that an idle channel holds no old segment on disk.
     fn reanchor(&mut self, journal: &mut Journal) {
@@ -168,6 +204,16 @@ impl StoreChannel {
             self.epochs.push_front((e, 1));
         }
     }
+}
+
+/// Where a compaction pass is in the Events-Store channels (the channels as the pass began,
+/// the next one, the position in it).
+#[derive(Debug, Default)]
+pub struct CompactCursor {
+    started: bool,
+    channels: Vec<Channel>,
+    next: usize,
+    pos: usize,
 }
 
 #[derive(Default)]
@@ -193,15 +239,20 @@ impl Store {
     }
 
     /// Restores channels from a log's replay; returns how many messages came back. A
-    /// sequence logged twice (an anchor journaled again, see "Retention") is one message: the
-    /// later record is the one counted.
+    /// sequence logged twice (an anchor journaled again, see "Retention", or a message copied
+    /// forward, see `persist`'s "Compaction") is one message: the later record is counted.
     pub fn restore(&mut self, channels: impl Iterator<Item = (Channel, Vec<(Arc<Message>, LogEpoch)>)>) -> usize {
         let mut restored = 0;
         for (name, logged) in channels {
             let mut kept: Vec<(Arc<Message>, LogEpoch)> = Vec::with_capacity(logged.len());
             for (msg, epoch) in logged {
                 match kept.last_mut() {
-                    Some(last) if last.0.sequence >= msg.sequence => *last = (msg, epoch),
+                    Some(last) if last.0.sequence >= msg.sequence => match kept.binary_search_by_key(&msg.sequence, |(m, _)| m.sequence) {
+                        // A copy (an anchor, or compaction's): the later record is counted.
+                        Ok(at) => kept[at] = (msg, epoch),
+                        // A copy whose original went with its segment.
+                        Err(at) => kept.insert(at, (msg, epoch)),
+                    },
                     _ => kept.push((msg, epoch)),
                 }
             }
@@ -209,7 +260,7 @@ impl Store {
             let mut ch = StoreChannel::default();
             let mut messages = Vec::with_capacity(kept.len());
             for (msg, epoch) in kept {
-                self.journal.recovered(epoch);
+                self.journal.recovered(epoch, super::persist::stored_len(&msg));
                 ch.logged(epoch);
                 messages.push(msg);
             }
@@ -217,6 +268,63 @@ impl Store {
             self.channels.insert(name, ch);
         }
         restored
+    }
+
+    /// One turn of a compaction pass (`persist`, "Compaction"): journals a copy of up to
+    /// `max` live messages whose records are in `target` or an earlier segment, going on
+    /// from `cursor`. Returns whether the pass went through every channel. An anchor is not
+    /// copied here: `reanchor` journals it again on the next tick.
+    pub fn compact(&mut self, target: LogEpoch, cursor: &mut CompactCursor, max: usize) -> bool {
+        if !self.journal.is_enabled() {
+            return true;
+        }
+        if !cursor.started {
+            cursor.started = true;
+            cursor.channels = self.channels.keys().cloned().collect();
+        }
+        let mut copied = 0;
+        while let Some(name) = cursor.channels.get(cursor.next) {
+            if let Some(ch) = self.channels.get(name).filter(|ch| ch.anchor.is_none()) {
+                // The runs give the epoch of each message, by position.
+                let mut start = 0;
+                for &(epoch, n) in &ch.epochs {
+                    let end = start + n as usize;
+                    if epoch <= target && end > cursor.pos {
+                        for at in start.max(cursor.pos)..end {
+                            if copied == max {
+                                cursor.pos = at;
+                                return false;
+                            }
+                            if let Some(msg) = ch.log.messages.get(at) {
+                                self.journal.copy_stored(msg);
+                                copied += 1;
+                            }
+                        }
+                    }
+                    start = end;
+                }
+            }
+            cursor.next += 1;
+            cursor.pos = 0;
+        }
+        true
+    }
+
+    /// The copies `copies` (channel, sequence, record bytes) are durable in segment `to`:
+    /// their messages count there from now on. A message gone meanwhile (expired, deleted) is
+    /// skipped, as is one that became its channel's anchor (its original is the anchor's
+    /// record; `reanchor` moves it).
+    pub fn moved(&mut self, to: LogEpoch, copies: &[(Channel, u64, u64)]) {
+        for (name, seq, bytes) in copies {
+            let Some(ch) = self.channels.get_mut(name) else { continue };
+            if ch.anchor.is_some() {
+                continue;
+            }
+            let Ok(at) = ch.log.messages.binary_search_by_key(seq, |m| m.sequence) else { continue };
+            if let Some(from) = ch.set_epoch_at(at, to) {
+                self.journal.moved(from, to, *bytes);
+            }
+        }
     }
 
     /// Retention: every channel drops its messages stamped more than the retention before

@@ -100,6 +100,18 @@ const KEEP_BATCH_CAPACITY: usize = 4 << 20;
 /// How long the read task waits after a failed read before asking again.
 const READ_RETRY: Duration = Duration::from_millis(100);
 
+/// Compaction starts when the log's segments exceed the live records' bytes by more than
+/// this many segments (see `array::persist`, "Compaction").
+pub const COMPACT_SLACK_SEGMENTS: u64 = 4;
+
+/// Queue messages one compaction turn looks at, and copies it journals at most (plus the
+/// in-flight ones of a queue it starts): a fraction of a millisecond on the core.
+const COMPACT_SCAN: usize = 16_384;
+const COMPACT_COPIES: usize = 256;
+
+/// How often a compaction turn checks whether the commit carrying its copies is done.
+const COMPACT_WAIT: Duration = Duration::from_millis(1);
+
 /// One core's log as it opened: the segments, and the queue state they replayed.
 pub struct Opened {
     log: SegmentLog,
@@ -148,6 +160,15 @@ pub struct Durable {
     reading: Cell<bool>,
     /// This core counts in `Shared::backed_up_cores` for its pending records.
     paused: Cell<bool>,
+    /// The size segments roll at.
+    segment_bytes: u64,
+    /// A compaction pass is running.
+    compacting: Cell<bool>,
+    /// Batches taken for a write, and commits finished (written and synced, or failed).
+    batches_taken: Cell<u64>,
+    batches_done: Cell<u64>,
+    /// Compaction passes finished since start.
+    compactions: Cell<u64>,
 }
 
 impl Durable {
@@ -194,6 +215,11 @@ impl Durable {
             deleted: Cell::new(0),
             reading: Cell::new(false),
             paused: Cell::new(false),
+            segment_bytes: cfg.store.segment_bytes,
+            compacting: Cell::new(false),
+            batches_taken: Cell::new(0),
+            batches_done: Cell::new(0),
+            compactions: Cell::new(0),
         };
         d.refill_room(shard);
         d
@@ -219,6 +245,37 @@ impl Durable {
     fn dead_below(shard: &crate::array::Shard) -> SegmentId {
         let oldest = [shard.queues.journal.oldest_live(), shard.store.journal.oldest_live()].into_iter().flatten().min();
         SegmentId(oldest.map_or(u64::MAX, |e| e.0))
+    }
+
+    /// The segment to compact, if any: the oldest one holding a live message, when the log
+    /// exceeds the live records by more than [`COMPACT_SLACK_SEGMENTS`] segments (and that
+    /// segment is closed).
+    fn compaction_target(&self, shard: &crate::array::Shard) -> Option<LogEpoch> {
+        let oldest = [shard.queues.journal.oldest_live(), shard.store.journal.oldest_live()].into_iter().flatten().min()?;
+        let log = self.log.borrow();
+        if oldest.0 >= log.active_segment().0 {
+            return None;
+        }
+        let live = shard.queues.journal.live_bytes_estimate() + shard.store.journal.live_bytes_estimate();
+        (log.disk_bytes() > live.saturating_add(COMPACT_SLACK_SEGMENTS.saturating_mul(self.segment_bytes))).then_some(oldest)
+    }
+
+    /// Whether closed segments hold nothing live (a commit, even an empty one, deletes them).
+    fn has_dead(&self, shard: &crate::array::Shard) -> bool {
+        let below = Durable::dead_below(shard);
+        let log = self.log.borrow();
+        let active = log.active_segment();
+        let first = log.segments().next().map(|(id, _)| id);
+        first.is_some_and(|id| id < below && id < active)
+    }
+
+    /// Sets the log's `stompgate_store_*` metrics (segments, bytes, compactions, deletions).
+    pub(super) fn publish_metrics(&self, m: &crate::telemetry::StoreMetrics) {
+        let log = self.log.borrow();
+        m.segments.set(log.segments().count() as f64);
+        m.disk_bytes.set(log.disk_bytes() as f64);
+        m.compactions.absolute(self.compactions.get());
+        m.segments_deleted.absolute(self.deleted.get());
     }
 
     /// Writes `batch` (one `write(2)`) and returns where it starts and the sync still to
@@ -288,16 +345,88 @@ impl Core {
     }
 
     /// Periodic store duty: gives new message records room again once the full-disk back-off
-    /// has passed (nothing else would while no commit runs).
-    pub(super) fn store_tick(&self) {
+    /// has passed (nothing else would while no commit runs), and [`maybe_compact`].
+    pub(super) fn store_tick(self: &Rc<Self>) {
         let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
         if d.disk_full_at.get().is_some() && !d.committing.get() {
             d.refill_room(&shard.borrow());
         }
+        self.maybe_compact();
+    }
+
+    /// Deletes dead segments of an idle log, or starts a compaction pass when the log holds
+    /// too much dead space (after every commit, and on the tick for an idle log).
+    fn maybe_compact(self: &Rc<Self>) {
+        let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
+        if d.compacting.get() || d.deleting.get() {
+            return;
+        }
+        let (dead, target) = {
+            let shard = shard.borrow();
+            (d.has_dead(&shard), d.compaction_target(&shard))
+        };
+        if dead {
+            // Deleting first (a running commit does it once the settlements that made them
+            // dead are durable): it may be all the room needed.
+            if !d.committing.get() {
+                self.kick_commit();
+            }
+        } else if let Some(target) = target {
+            d.compacting.set(true);
+            glommio::spawn_local(Rc::clone(self).compact_pass(target)).detach();
+        }
+    }
+
+    /// Starts a commit even with nothing to write: with nothing pending it deletes the
+    /// segments that are dead by then (`commit_loop`).
+    fn kick_commit(self: &Rc<Self>) {
+        let Some(d) = &self.durable else { return };
+        if !d.committing.replace(true) {
+            glommio::spawn_local(Rc::clone(self).commit_loop()).detach();
+        }
+    }
+
+    /// One compaction pass (see `array::persist`, "Compaction"): copies the live messages of
+    /// the segments up to `target` into the active one, a bounded number a turn, each turn's
+    /// copies committed before the next turn (so the copies never pile up in memory), then
+    /// starts a commit that deletes the freed prefix.
+    async fn compact_pass(self: Rc<Self>, target: LogEpoch) {
+        let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
+        let dir = d.log.borrow().dir().to_path_buf();
+        let (mut queues, mut stores) = (Default::default(), Default::default());
+        loop {
+            let mut reads = Vec::new();
+            let done = {
+                let mut shard = shard.borrow_mut();
+                let queues_done = shard.queues.compact(target, &mut queues, COMPACT_SCAN, COMPACT_COPIES, &mut reads);
+                queues_done & shard.store.compact(target, &mut stores, COMPACT_COPIES)
+            };
+            if !reads.is_empty() {
+                // Through the read path bodies on disk are delivered by (checksums checked).
+                let from = dir.clone();
+                let results = glommio::executor().spawn_blocking(move || persist::read_back(&from, reads)).await;
+                shard.borrow_mut().queues.compact_loaded(target, results);
+            }
+            // The copies go in the next batch taken: wait for that batch's commit.
+            let batch = d.batches_taken.get() + 1;
+            self.hold_for_log(&mut crate::array::Outbox::new());
+            while d.committing.get() && d.batches_done.get() < batch {
+                glommio::timer::sleep(COMPACT_WAIT).await;
+            }
+            if done {
+                break;
+            }
+            futures_lite::future::yield_now().await;
+        }
+        d.compactions.set(d.compactions.get() + 1);
+        d.compacting.set(false);
+        tracing::debug!(core = %self.id, segment = target.0, "compaction pass done");
+        self.kick_commit();
     }
 
     async fn commit_loop(self: Rc<Self>) {
         let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
+        let mut idle_dead_below = None;
         loop {
             futures_lite::future::yield_now().await;
             if let Some(last) = d.last_commit.get() {
@@ -309,6 +438,7 @@ impl Core {
             }
             let mut batch = std::mem::take(&mut *d.batch.borrow_mut());
             let mut placements: Vec<Placement> = Vec::new();
+            let (mut moved, mut moved_stored, mut none_q, mut none_s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let dead_below = {
                 let mut shard = shard.borrow_mut();
                 let carry = std::mem::take(&mut *d.carry.borrow_mut());
@@ -320,20 +450,28 @@ impl Core {
                     shard.queues.journal.take_after(&mut batch);
                 }
                 shard.queues.journal.take_placements(carry.len(), &mut placements);
+                shard.queues.journal.take_moved(carry.len(), &mut moved, &mut none_s);
+                shard.store.journal.take_moved(0, &mut none_q, &mut moved_stored);
                 let fresh = batch.len() > carry.len() || shard.store.journal.has_pending();
                 shard.store.journal.take_after(&mut batch);
                 if !fresh && d.held.borrow().is_empty() {
                     // Only carried settlements: they wait for the next real batch rather than
-                    // retry a failing disk in a loop.
+                    // retry a failing disk in a loop. Nothing at all: every record journaled
+                    // so far is durable (each batch before was), so whatever is dead now may go.
+                    if carry.is_empty() {
+                        idle_dead_below = Some(Durable::dead_below(&shard));
+                    }
                     *d.carry.borrow_mut() = carry;
                     *d.batch.borrow_mut() = batch;
                     break;
                 }
+                d.batches_taken.set(d.batches_taken.get() + 1);
                 Durable::dead_below(&shard)
             };
             let confirms = std::mem::take(&mut *d.held.borrow_mut());
             d.last_commit.set(Some(Instant::now()));
             let appended = d.append(&batch);
+            let written_at = appended.as_ref().ok().map(|(at, _)| *at);
             // Records journaled from now on land in the active segment or a later one.
             {
                 let epoch = LogEpoch(d.log.borrow().active_segment().0);
@@ -371,6 +509,14 @@ impl Core {
                 batch = Vec::new();
             }
             *d.batch.borrow_mut() = batch;
+            if let (Ok(()), Some(at)) = (&result, written_at) {
+                // The copies of this batch are durable: their messages count in its segment
+                // and read from there, so their originals' segments may go (next commit).
+                let mut shard = shard.borrow_mut();
+                shard.queues.moved(at.segment, at.offset, &moved);
+                shard.store.moved(LogEpoch(at.segment.0), &moved_stored);
+            }
+            d.batches_done.set(d.batches_done.get() + 1);
             if result.is_ok() {
                 self.delete_dead_segments(dead_below);
             }
@@ -385,8 +531,12 @@ impl Core {
                 }
             }
             self.drain_local();
+            self.maybe_compact();
         }
         d.committing.set(false);
+        if let Some(before) = idle_dead_below {
+            self.delete_dead_segments(before);
+        }
     }
 
     /// Counts this core among the backed-up ones (every connection reader pauses, as for a

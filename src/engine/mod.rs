@@ -366,6 +366,13 @@ impl Core {
             t.queue_sends_refused.absolute(shard.queues.refused_total());
             let stats = shard.queues.stats();
             t.queue_depths.publish(stats.iter().map(|c| (&c.name, c.waiting)));
+            if let Some(d) = &self.durable {
+                let cache = shard.queues.cache();
+                t.store.cache_resident_bytes.set(cache.resident as f64);
+                t.store.cache_evicted.absolute(cache.evicted);
+                t.store.read_ahead_reads.absolute(cache.loaded);
+                d.publish_metrics(&t.store);
+            }
         }
         t.tls_handshakes_failed.absolute(m.tls_handshakes_failed.get());
         t.delivery_latency.publish(&m.delivery_latency);
