@@ -8,6 +8,9 @@ per-queue depth limits off, so the backlog is bounded only by the disk), then:
   fill   one producer connection pipelines N SENDs of PAYLOAD bytes to /queue/<name> (no
          receipts, except on the last: its RECEIPT means every message is on disk), nobody
          consuming: the backlog builds up;
+  restart  (with --restart) the gateway is killed with SIGKILL and started again on the same
+         directory: the time until it accepts a connection (replay) and its peak RSS while
+         recovering the backlog are reported; the drain then reads from the restarted process;
   drain  one consumer subscribes (ack auto) and reads until it has N messages, checking that
          every body's sequence number is the next one (complete, in order, no duplicate).
 
@@ -18,6 +21,7 @@ The exit status is 0 when every message came back in order and the peak RSS stay
 
   scripts/store-soak.py --n 1000000            # ~1 GiB backlog
   scripts/store-soak.py                        # the issue's 5,000,000 x 1 KiB (~5 GiB)
+  scripts/store-soak.py --restart              # the same, recovered after kill -9 before the drain
 """
 import argparse
 import json
@@ -157,29 +161,45 @@ def main():
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "stompgate"))
     ap.add_argument("--max-rss-mib", type=int, default=1024, help="the bound checked (default 1024)")
     ap.add_argument("--results", help="append one JSON line with the figures to this file")
+    ap.add_argument("--restart", action="store_true", help="kill -9 the gateway after the fill and drain from a restarted one")
     args = ap.parse_args()
 
     if not os.path.exists(args.binary):
         print(f"no gateway binary at {args.binary}: cargo build --release", file=sys.stderr)
         return 2
     store = args.store_dir or tempfile.mkdtemp(prefix="sg-store-soak-")
-    port = free_port()
-    cmd = [args.binary, "--cores", str(args.cores), "--stomp-addr", f"127.0.0.1:{port}", "--grpc-addr", "off", "--ws-addr", "off",
-           "--amqp-addr", "off", "--amqp-tls-addr", "off", "--store-dir", store, "--store-sync", args.store_sync,
-           "--store-cache-mb", str(args.cache_mb), "--queue-max-messages", "0", "--queue-max-bytes", "0"]
     log = open(os.path.join(tempfile.gettempdir(), f"store-soak-{os.getpid()}.log"), "w")
-    gw = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        deadline = time.monotonic() + 10
+
+    def start(wait_s):
+        """A gateway on a fresh port, once it accepts connections: (process, port, seconds), or None."""
+        port = free_port()
+        cmd = [args.binary, "--cores", str(args.cores), "--stomp-addr", f"127.0.0.1:{port}", "--grpc-addr", "off", "--ws-addr", "off",
+               "--amqp-addr", "off", "--amqp-tls-addr", "off", "--store-dir", store, "--store-sync", args.store_sync,
+               "--store-cache-mb", str(args.cache_mb), "--queue-max-messages", "0", "--queue-max-bytes", "0"]
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        recovery = Sampler(proc.pid)
+        recovery.phase = "recovery"
+        recovery.start()
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port)).close()
-                break
+                recovery.stop = True
+                return proc, port, time.monotonic() - started, recovery.peak.get("recovery", 0)
             except OSError:
-                if time.monotonic() > deadline or gw.poll() is not None:
+                if time.monotonic() - started > wait_s or proc.poll() is not None:
+                    recovery.stop = True
+                    proc.kill()
                     print("the gateway did not start; see", log.name, file=sys.stderr)
-                    return 2
+                    return None
                 time.sleep(0.05)
+
+    first = start(10)
+    if first is None:
+        return 2
+    gw, port, _, _ = first
+    recovered = None
+    try:
         sampler = Sampler(gw.pid)
         sampler.start()
         dest = "/queue/store.soak"
@@ -193,13 +213,30 @@ def main():
         time.sleep(2)
         idle_rss = status_kib(gw.pid, "VmRSS")
         print(f"idle with the backlog: RSS {idle_rss / 1024:,.0f} MiB", flush=True)
+        if args.restart:
+            sampler.stop = True
+            before = dict(sampler.peak)
+            gw.kill()
+            gw.wait()
+            again = start(600)
+            if again is None:
+                return 1
+            gw, port, recover_s, recover_peak = again
+            sampler = Sampler(gw.pid)
+            sampler.peak = {**before, "recovery": recover_peak}
+            sampler.start()
+            recovered = {"recover_s": round(recover_s, 2), "recover_peak_rss_mib": round(recover_peak / 1024),
+                         "recovered_rss_mib": round(status_kib(gw.pid, "VmRSS") / 1024)}
+            print(f"restart after kill -9: accepting connections after {recover_s:.1f} s (peak RSS until then {recover_peak / 1024:,.0f} MiB), "
+                  f"RSS then {recovered['recovered_rss_mib']:,} MiB; the drain's peak below includes whatever replay is left", flush=True)
         sampler.phase = "drain"
         drain_s, got, problems = drain(port, dest, args.n)
         print(f"drain: {got:,} messages in {drain_s:.1f} s, {got / drain_s:,.0f} msg/s; peak RSS {sampler.peak.get('drain', 0) / 1024:,.0f} MiB", flush=True)
         hwm = status_kib(gw.pid, "VmHWM")
         sampler.stop = True
         peak = max(sampler.peak.values()) / 1024
-        ok = got == args.n and not problems and hwm / 1024 < args.max_rss_mib
+        # With --restart the first process's peaks (fill, idle) are in sampler.peak too.
+        ok = got == args.n and not problems and hwm / 1024 < args.max_rss_mib and peak < args.max_rss_mib
         for p in problems:
             print("  problem:", p)
         print(f"VmHWM {hwm / 1024:,.0f} MiB (bound {args.max_rss_mib}); {'OK' if ok else 'FAILED'}")
@@ -212,6 +249,7 @@ def main():
                     "fill_msg_s": round(args.n / fill_s), "drain_s": round(drain_s, 2), "drain_msg_s": round(got / drain_s), "drained": got,
                     "problems": problems, "peak_rss_mib": {k: round(v / 1024) for k, v in sampler.peak.items()}, "idle_rss_mib": round(idle_rss / 1024),
                     "vmhwm_mib": round(hwm / 1024), "store_mib": round(disk / MIB), "max_seen_mib": round(peak),
+                    "restart": recovered,
                 }) + "\n")
         return 0 if ok else 1
     finally:
