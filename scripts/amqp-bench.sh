@@ -142,26 +142,6 @@ SG_SHA256="$(sha256sum "$ROOT/target/release/stompgate" | cut -d' ' -f1)"
 mkdir -p perf/results
 OUT="perf/results/amqp-bench-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
 echo "amqp-bench.sh: brokers: ${BROKERS[*]}; $ROUNDS round(s); results: $OUT" >&2
-n=${#BROKERS[@]}
-for run in $(seq 1 "$ROUNDS"); do
-    for case in "${CASES[@]}"; do
-        for i in $(seq 0 $((n - 1))); do
-            b="${BROKERS[$(((i + run) % n))]}"
-            pid_args=()
-            [ -n "${PID[$b]:-}" ] && pid_args=(--server-pid "${PID[$b]}")
-            echo "== round $run/$ROUNDS: $case on $b (127.0.0.1:${PORT[$b]})" >&2
-            rc=0
-            LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
-            # shellcheck disable=SC2046,SC2086
-            line="$(timeout 300 "$LOAD" $(bench_case_args "$case") ${PREFIX[$b]} --host 127.0.0.1 --port "${PORT[$b]}" \
-                --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "amqp-$case-$run-$$" \
-                --label "$b" --json --quiet "${pid_args[@]}")" || rc=$?
-            [ -n "$line" ] || line=null
-            printf '{"run":%d,"case":"%s","broker":"%s","exit":%d,"commit":"%s","stompgate_sha256":"%s","loadavg":"%s","result":%s}\n' \
-                "$run" "$case" "$b" "$rc" "$COMMIT" "$SG_SHA256" "$LOADAVG" "$line" >>"$OUT"
-            sleep 1
-        done
-    done
-done
+bench_rounds "$OUT" "$ROUNDS" amqp PREFIX
 
 summarize "$OUT"

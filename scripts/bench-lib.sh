@@ -1,6 +1,6 @@
 # Sourced by the benchmark scripts (ab.sh, amqp-bench.sh, compare.sh, remote-hop.sh, tls-auth-bench.sh): the
-# load-harness arguments of the scenarios they share, and stopping the gateway a script started,
-# so every script measures a named case the same way.
+# load-harness arguments of the scenarios they share, the interleaved round loop over brokers,
+# and stopping the gateway a script started, so every script measures a named case the same way.
 
 # stompgate-load's arguments for a case (idle needs IDLE_CONNECTIONS).
 bench_case_args() {
@@ -21,6 +21,40 @@ bench_case_args() {
     idle) echo "idle --connections ${IDLE_CONNECTIONS:?} --workers 4" ;;
     *) echo "$(basename "$0"): unknown case $1" >&2; exit 2 ;;
     esac
+}
+
+# bench_rounds OUT ROUNDS TAG EXTRA: every case of CASES once on every broker of BROKERS per
+# round, the brokers' order rotated round by round so none always goes first, each run one raw
+# line appended to OUT: {"run","case","broker","exit","commit","stompgate_sha256","loadavg",
+# "result": the harness's --json line or null}. Reads LOAD, DURATION_S, WARMUP_S, COMMIT,
+# SG_SHA256 and, per broker, PORT[b] and PID[b] (for --server-pid, may be unset); EXTRA names an
+# associative array of per-broker harness arguments (transport, address prefixes). TAG starts
+# each run's --name. A script may define bench_skip CASE BROKER (status 0 = skip that pair).
+bench_rounds() {
+    local out="$1" rounds="$2" tag="$3"
+    local -n bench_extra="$4"
+    local n=${#BROKERS[@]} run case i b rc line loadavg pid_args
+    for run in $(seq 1 "$rounds"); do
+        for case in "${CASES[@]}"; do
+            for ((i = 0; i < n; i++)); do
+                b="${BROKERS[$(((i + run) % n))]}"
+                if declare -F bench_skip >/dev/null && bench_skip "$case" "$b"; then continue; fi
+                pid_args=()
+                [ -n "${PID[$b]:-}" ] && pid_args=(--server-pid "${PID[$b]}")
+                echo "== round $run/$rounds: $case on $b (127.0.0.1:${PORT[$b]})" >&2
+                rc=0
+                loadavg="$(cut -d' ' -f1-3 /proc/loadavg)"
+                # shellcheck disable=SC2046,SC2086
+                line="$(timeout 300 "$LOAD" $(bench_case_args "$case") ${bench_extra[$b]:-} --host 127.0.0.1 --port "${PORT[$b]}" \
+                    --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "$tag-$case-$run-$$" \
+                    --label "$b" --json --quiet "${pid_args[@]}")" || rc=$?
+                [ -n "$line" ] || line=null
+                printf '{"run":%d,"case":"%s","broker":"%s","exit":%d,"commit":"%s","stompgate_sha256":"%s","loadavg":"%s","result":%s}\n' \
+                    "$run" "$case" "$b" "$rc" "$COMMIT" "$SG_SHA256" "$loadavg" "$line" >>"$out"
+                sleep 1
+            done
+        done
+    done
 }
 
 # Stops the gateway whose pid is in GW_PID: TERM, up to 5 s to exit, then KILL.

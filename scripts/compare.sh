@@ -233,28 +233,8 @@ SG_SHA256="$(sha256sum "$ROOT/target/release/stompgate" | cut -d' ' -f1)"
 mkdir -p perf/results
 OUT="perf/results/compare-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
 echo "compare.sh: brokers: ${BROKERS[*]}; $RUNS run(s); results: $OUT" >&2
-n=${#BROKERS[@]}
-for run in $(seq 1 "$RUNS"); do
-    for case in "${CASES[@]}"; do
-        for i in $(seq 0 $((n - 1))); do
-            # Rotate the order each run so no broker always goes first.
-            b="${BROKERS[$(((i + run) % n))]}"
-            if [ "$case" = fanout-rate50k ] && [[ "$b" != stompgate* ]] && [ "$b" != relay ]; then continue; fi
-            pid_args=()
-            [ -n "${PID[$b]:-}" ] && pid_args=(--server-pid "${PID[$b]}")
-            echo "== run $run/$RUNS: $case on $b (127.0.0.1:${PORT[$b]})" >&2
-            rc=0
-            LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
-            # shellcheck disable=SC2046
-            line="$(timeout 300 "$LOAD" $(bench_case_args "$case") ${VIA[$b]} --host 127.0.0.1 --port "${PORT[$b]}" \
-                --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "cmp-$case-$run-$$" \
-                --label "$b" --json --quiet "${pid_args[@]}")" || rc=$?
-            [ -n "$line" ] || line=null
-            printf '{"run":%d,"case":"%s","broker":"%s","exit":%d,"commit":"%s","stompgate_sha256":"%s","loadavg":"%s","result":%s}\n' \
-                "$run" "$case" "$b" "$rc" "$COMMIT" "$SG_SHA256" "$LOADAVG" "$line" >>"$OUT"
-            sleep 1
-        done
-    done
-done
+# fanout-rate50k only on stompgate and the relay (beyond both peers' capacity, see CASES above).
+bench_skip() { [ "$1" = fanout-rate50k ] && [[ "$2" != stompgate* ]] && [ "$2" != relay ]; }
+bench_rounds "$OUT" "$RUNS" cmp VIA
 
 summarize "$OUT"
