@@ -161,8 +161,10 @@ fn a_receipt_window_receipts_every_send_exactly_once() {
         let (p50, p99, max) = (r["receipt_p50_us"].as_f64(), r["receipt_p99_us"].as_f64(), r["receipt_max_us"].as_f64());
         assert!(p50.is_some_and(|v| v > 0.0) && p99 >= p50 && max >= p99, "SEND -> RECEIPT latency: {r}");
         if paced {
-            // 400/s for a 1 s window, give or take the pacing's start-up.
-            assert!((300..=500).contains(&n(&r, "sent")), "paced: {r}");
+            // 400/s for a 1 s window, give or take the pacing's start-up: never more. No lower
+            // bound: a loaded machine's fsyncs can hold the 8-SEND windows back (a timing,
+            // which this test does not assert).
+            assert!(n(&r, "sent") <= 500, "paced at 400/s: {r}");
         }
     }
     drop(server);

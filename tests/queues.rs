@@ -67,10 +67,18 @@ fn competing_consumers_each_message_delivered_exactly_once() {
             }
         }
     }
+    let timed_out = Instant::now() >= deadline;
     a.no_frame(QUIET);
     b.no_frame(QUIET);
+    // What a failure needs to tell apart: one consumer never registered (the other got all
+    // 50, fresh) or deliveries to one were lost or handed back (fewer than 50, a time-out,
+    // redelivered ones).
+    let seen = || {
+        let redelivered: Vec<usize> = got.iter().map(|fs| fs.iter().filter(|f| f.header("redelivered") == Some("true")).count()).collect();
+        format!("a got {}, b got {} (redelivered {redelivered:?}), timed out: {timed_out}", got[0].len(), got[1].len())
+    };
     for (frames, sub) in got.iter().zip(["a", "b"]) {
-        assert!(!frames.is_empty(), "consumer {sub} got nothing: not competing");
+        assert!(!frames.is_empty(), "consumer {sub} got nothing: not competing; {}", seen());
         let idx: Vec<usize> = bodies(frames).iter().map(|b| b[1..].parse().unwrap()).collect();
         assert!(idx.windows(2).all(|w| w[0] < w[1]), "consumer {sub} out of order: {idx:?}");
         for f in frames {
