@@ -25,6 +25,9 @@
 #   ARGS=""                      extra flags for both gateways
 #   TRANSPORT=tcp                tcp, or ws: the harness speaks STOMP over WebSocket to each
 #                                gateway's --ws-addr (PORT+10 for A, PORT+11 for B)
+#   STORE_PARENT=""              persistent A/B: each run's gateway gets its store on, in a fresh
+#                                directory under STORE_PARENT (removed after the run), instead of
+#                                --store-dir off; with CASES="queue-persistent queue-persistent-rate2k"
 # Raw results: perf/results/ab-<UTC time>.jsonl, one line per run:
 #   {"round":N,"case":"...","side":"A|B","binary":"<path>","sha256":"<of the binary>",
 #    "exit":RC,"result":<stompgate-load --json line or null>}
@@ -113,8 +116,15 @@ for round in $(seq 1 "$ROUNDS"); do
                 via=(--ws --port "$((port + 10))")
                 listen=(--ws-addr "127.0.0.1:$((port + 10))")
             fi
+            store=${STORE_OFF[$side]}
+            run_store=""
+            if [ -n "${STORE_PARENT:-}" ]; then
+                mkdir -p "$STORE_PARENT"
+                run_store="$(mktemp -d "$STORE_PARENT/ab-store.XXXXXX")"
+                store="--store-dir $run_store"
+            fi
             # shellcheck disable=SC2086
-            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" "${amqp[@]}" ${STORE_OFF[$side]} $ARGS >"$LOG" 2>&1 &
+            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" "${amqp[@]}" $store $ARGS >"$LOG" 2>&1 &
             GW_PID=$!
             for _ in $(seq 1 100); do stomp_ready "$port" && break; sleep 0.1; done
             stomp_ready "$port" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }
@@ -128,6 +138,7 @@ for round in $(seq 1 "$ROUNDS"); do
             printf '{"round":%d,"case":"%s","side":"%s","binary":"%s","sha256":"%s","exit":%d,"result":%s}\n' \
                 "$round" "$case" "$side" "${BIN[$side]}" "${SHA[$side]}" "$rc" "$line" >>"$OUT"
             stop_gateway
+            [ -n "$run_store" ] && rm -rf "$run_store"
             sleep 1
         done
     done
