@@ -6,6 +6,9 @@ use stompgate::runtime::Server;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    // Until their handlers are installed (below, after the listeners start), a stop or reload
+    // signal waits instead of killing the gateway with its default action.
+    signals_held(true);
     // Colours only for a person at a terminal: a log file or a collector gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
@@ -64,6 +67,9 @@ fn main() {
             std::process::exit(1);
         }
     }
+    // A signal that came while starting is delivered now, to this thread: every thread
+    // started meanwhile inherited the blocked mask and keeps it.
+    signals_held(false);
     stompgate::telemetry::serve_views(server.array());
     let plain = server.stomp_plain_addr().map_or_else(|| "off".into(), |a| a.to_string());
     let tls = server.stomp_tls_addr().map_or_else(|| "off".into(), |a| a.to_string());
@@ -93,6 +99,23 @@ fn main() {
         g.shutdown();
     }
     tracing::info!("stompgate stopped");
+}
+
+/// Blocks (`true`) or unblocks SIGINT, SIGTERM and SIGHUP for the calling thread. Blocked
+/// from the start of `main`, so a stop sent while the gateway starts — its listeners may already
+/// accept connections — stays pending until the handlers exist, rather than terminating the
+/// process (a supervisor's or a test's SIGTERM right after the port answers used to do that).
+fn signals_held(held: bool) {
+    // SAFETY: sigemptyset/sigaddset fill a set on this stack; pthread_sigmask changes only
+    // the calling thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(if held { libc::SIG_BLOCK } else { libc::SIG_UNBLOCK }, &set, std::ptr::null_mut());
+    }
 }
 
 /// SIGHUP re-reads the `--authz-file` rules and the TLS certificate, key and client CA (a bad

@@ -29,7 +29,8 @@ fn a_restart_on_the_same_port_right_after_a_stop_or_a_kill_with_clients_works() 
             .args(["--cores", "2", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--store-dir", "off", "--stomp-addr", &addr.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // Piped, read after exit: a few start-up lines, far below the pipe's buffer.
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     };
@@ -70,7 +71,10 @@ fn a_restart_on_the_same_port_right_after_a_stop_or_a_kill_with_clients_works() 
     }
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(first.id() as i32, libc::SIGTERM) }, 0);
-    assert!(first.wait().unwrap().success());
+    let status = first.wait().unwrap();
+    let mut log = String::new();
+    let _ = first.stderr.take().map(|mut e| e.read_to_string(&mut log));
+    assert!(status.success(), "SIGTERM must stop the gateway cleanly: {status}; its stderr:\n{log}");
     // At once: a stopped gateway's listener must be gone with it. (It used to outlive the
     // process inside io_uring's teardown: this connect then landed in its backlog and was
     // reset, and the next start found the port "in use by another process".)
