@@ -90,3 +90,44 @@ fn a_restart_on_the_same_port_right_after_a_stop_or_a_kill_with_clients_works() 
     third.kill().unwrap();
     third.wait().unwrap();
 }
+
+/// A stop signal that arrives while the gateway is still starting waits for its handler and
+/// then stops the gateway cleanly (exit 0), instead of killing it with the default action.
+/// The moment is made exact by watching the main thread's blocked-signal mask in /proc: the
+/// SIGTERM is sent as soon as `main` holds it, long before the listeners are up.
+#[test]
+fn a_sigterm_while_starting_waits_and_then_stops_the_gateway_cleanly() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let addr = common::metrics::free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stompgate"))
+        .args(["--cores", "2", "--grpc-addr", "off", "--ws-addr", "off", "--amqp-addr", "off", "--store-dir", "off", "--stomp-addr", &addr.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Before exec the child is still a copy of this test process (with every signal blocked
+    // around the spawn): only the gateway's own mask counts, once its name is `stompgate`.
+    let status_file = format!("/proc/{}/status", child.id());
+    let sigterm_bit = 1u64 << (libc::SIGTERM - 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let held = loop {
+        let blocked = std::fs::read_to_string(&status_file)
+            .ok()
+            .filter(|s| s.lines().next() == Some("Name:\tstompgate"))
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("SigBlk:").map(|v| u64::from_str_radix(v.trim(), 16).unwrap_or(0))))
+            .unwrap_or(0);
+        if blocked & sigterm_bit != 0 {
+            break true;
+        }
+        if Instant::now() > deadline || std::net::TcpStream::connect(addr).is_ok() {
+            break false;
+        }
+    };
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    assert!(held, "the gateway never held SIGTERM while starting (it listened, or 10 s passed, first)");
+    assert!(status.success(), "a SIGTERM during start-up must stop the gateway cleanly: {status}");
+}
