@@ -59,8 +59,8 @@ fn representable(version: Version, command: Command, name: &[u8], value: &[u8]) 
     }
 }
 
-/// Feeds `input` in the given piece sizes (cycled), draining after each piece, and stops at
-/// the first error. A size list of `[usize::MAX]` means "whole".
+/// Feeds `input` in the given piece sizes (cycled), draining after each piece (and parking
+/// the decoder, as an idle connection does), and stops at the first error. A size list of `[usize::MAX]` means "whole".
 fn decode_pieces(version: Option<Version>, limits: Limits, input: &[u8], sizes: &[usize]) -> Vec<Item> {
     let mut d = Decoder::new(limits);
     if let Some(v) = version {
@@ -78,7 +78,12 @@ fn decode_pieces(version: Option<Version>, limits: Limits, input: &[u8], sizes: 
         loop {
             match d.decode(&mut buf) {
                 Ok(Some(item)) => out.push(Ok(item)),
-                Ok(None) => break,
+                Ok(None) => {
+                    // As the connection's reader does while it waits for more: parking
+                    // the decoder's scratch must never change what it decodes.
+                    d.park();
+                    break;
+                }
                 Err(e) => {
                     out.push(Err(e));
                     return out;

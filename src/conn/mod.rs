@@ -54,7 +54,8 @@ pub struct Conn {
     /// The socket refused more bytes on the last write attempt (the peer is not reading).
     write_blocked: Cell<bool>,
     session: RefCell<Session>,
-    /// The session's actions, reused frame after frame (no allocation per frame).
+    /// The session's actions, reused frame after frame (no allocation per frame); parked
+    /// with the core's spares while the connection is idle (see [`Conn::park`]).
     actions: RefCell<Vec<Action>>,
     /// This connection's place among the connected sessions (`--max-connections`).
     slot: admission::SessionSlot,
@@ -63,6 +64,14 @@ pub struct Conn {
     /// The operator view's counters (`/api/stomp/connections`): plain cells, only this core
     /// touches them.
     counters: Counters,
+}
+
+/// Action lists parked by idle connections ([`Conn::park`]), per core thread; lists past
+/// [`SPARE_ACTIONS_KEPT`] are freed.
+const SPARE_ACTIONS_KEPT: usize = 64;
+
+thread_local! {
+    static SPARE_ACTIONS: RefCell<Vec<Vec<Action>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Per-connection traffic, for the operator view. Incremented on the owning core only.
@@ -187,7 +196,7 @@ impl Conn {
     /// Hands one frame to the session and carries out what it asks. Returns false when the
     /// connection must stop reading.
     fn on_frame(&self, core: &Rc<Core>, frame: crate::stomp::Frame, decoder: &mut crate::stomp::Decoder) -> bool {
-        let mut actions = self.actions.take();
+        let mut actions = self.take_actions();
         let connecting = admission::opens_session(frame.command) && self.session.borrow().state() == crate::session::State::AwaitingConnect;
         if connecting {
             self.slot.take(&core.shared);
@@ -206,9 +215,34 @@ impl Conn {
         keep_going
     }
 
+    /// The action list: this connection's own, or one of the core's spares if it was parked.
+    fn take_actions(&self) -> Vec<Action> {
+        let actions = self.actions.take();
+        if actions.capacity() > 0 {
+            return actions;
+        }
+        SPARE_ACTIONS.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+    }
+
+    /// Called when the connection waits for its next read with nothing half done: its action
+    /// list joins the core's spares, so an idle connection holds none (issue 19: idle memory
+    /// per connection; about 450 bytes).
+    fn park(&self) {
+        let actions = self.actions.take();
+        if actions.capacity() == 0 {
+            return;
+        }
+        SPARE_ACTIONS.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARE_ACTIONS_KEPT {
+                s.push(actions);
+            }
+        });
+    }
+
     /// Runs `f` on the session and carries out the actions it appends.
     fn with_session(&self, core: &Rc<Core>, f: impl FnOnce(&mut Session, &mut Vec<Action>)) {
-        let mut actions = self.actions.take();
+        let mut actions = self.take_actions();
         f(&mut self.session.borrow_mut(), &mut actions);
         self.act(core, actions);
     }
@@ -356,9 +390,13 @@ impl Endpoint for Conn {
 /// Serves one accepted connection until it closes. `identity` is what the transport proved
 /// about the client (a mutual-TLS certificate's CN), handed to the session as its transport
 /// identity.
-pub async fn serve(core: Rc<Core>, stream: stream::Stream, identity: Option<Bytes>) {
+///
+/// The connection is set up here, before the returned future exists, so that the future's
+/// state (as long-lived as the connection) holds only handles, not room for the session and
+/// stream it moved into the `Conn` (about 900 bytes per connection; issue 19's idle memory).
+pub fn serve(core: Rc<Core>, stream: stream::Stream, identity: Option<Bytes>) -> impl std::future::Future<Output = ()> {
     let peer = stream.peer_addr();
-    let (mut rd, mut wr, fd) = stream::split(stream);
+    let (rd, wr, fd) = stream::split(stream);
     let id = core.new_conn_id();
     let mut session = Session::new(Arc::clone(&core.cfg), Bytes::from(format!("stompgate-{}-{}", core.id, id.0)));
     if let Some(identity) = identity {
@@ -370,7 +408,11 @@ pub async fn serve(core: Rc<Core>, stream: stream::Stream, identity: Option<Byte
     core.attach(id, Rc::clone(&conn) as Rc<dyn Endpoint>);
     Metrics::add(&core.metrics.connections_accepted, 1);
     tracing::debug!(core = %core.id, conn = id.0, "connection accepted");
+    run(core, conn, rd, wr)
+}
 
+async fn run(core: Rc<Core>, conn: Rc<Conn>, mut rd: stream::ReadHalf, mut wr: stream::WriteHalf) {
+    let (id, fd) = (conn.id, conn.fd);
     let writer = {
         let core = Rc::clone(&core);
         let conn = Rc::clone(&conn);

@@ -14,6 +14,11 @@ use std::time::{Duration, Instant};
 /// Smallest and largest read (bytes).
 const MIN_READ: usize = 4096;
 const MAX_READ: usize = 256 * 1024;
+/// What a connection with nothing to read waits with: a buffer this size inside the reader's
+/// future instead of a [`MIN_READ`] allocation (issue 19: idle memory per connection). Most
+/// connections are idle most of the time, and a frame that wakes one (an ACK, a heart-beat, a
+/// small SEND) usually fits.
+const IDLE_READ: usize = 128;
 
 /// Frames waiting for their place in the receipt order above which the reader stops reading.
 /// A receipted SEND whose delivery is parked behind a full subscriber holds its receipt up to
@@ -41,7 +46,7 @@ async fn wait_for_output(conn: &Conn) {
 }
 
 pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream::ReadHalf) {
-    let mut rbuf = BytesMut::with_capacity(MIN_READ);
+    let mut rbuf = BytesMut::new();
     let limits = Limits { max_body: core.cfg.max_body_size, ..Limits::default() };
     let mut decoder = Decoder::new(limits);
     // What this connection holds of an unfinished frame, in the process-wide budget; over a
@@ -55,35 +60,43 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
         Box::new(move |now| share.update(now, budget))
     });
     // Read size adapts: a read that fills the buffer means more is waiting, so the next one is
-    // larger (fewer syscalls under load); an idle connection keeps a small buffer.
+    // larger (fewer syscalls under load); an idle connection holds no buffer at all.
     let mut read_size = MIN_READ;
+    // Whether the last read left the socket empty (it did not fill its buffer).
+    let mut drained = true;
+    let mut idle = [0u8; IDLE_READ];
     'read: loop {
-        if rbuf.capacity() - rbuf.len() < read_size / 2 {
-            rbuf.reserve(read_size.max(rbuf.len()));
-        }
-        let start = rbuf.len();
-        let room = rbuf.capacity() - start;
-        rbuf.resize(start + room, 0);
-        // A read error ends the connection exactly like EOF, except a WebSocket message over
-        // the size limit, which the client is told about as any frame too large.
-        let n = match rd.read(&mut rbuf[start..]).await {
-            Ok(n) => n,
-            Err(e) if crate::ws::is_too_large(&e) => {
-                conn.fail(core, WireError::FrameTooLarge(TooLarge::Body(core.cfg.max_body_size)), None);
-                break;
+        // The last read emptied the socket and left no partial frame: wait without a buffer
+        // of our own (the old one goes back to the allocator, or to the frames still using
+        // it), and take one once bytes have come. The decoder's header list and the action
+        // list go to the core's spares meanwhile.
+        if rbuf.is_empty() && drained {
+            rbuf = BytesMut::new();
+            decoder.park();
+            conn.park();
+            let Some(n) = read_outcome(core, conn, rd.read(&mut idle).await) else { break };
+            drained = n < IDLE_READ;
+            // Sized to what came when that was all: what the session keeps of these frames
+            // (a subscription's destination and id, say) shares this allocation, so an idle
+            // subscriber pins a few dozen bytes rather than a whole read buffer.
+            rbuf.reserve(if drained { n } else { MIN_READ });
+            rbuf.extend_from_slice(&idle[..n]);
+            super::Counters::add(&conn.counters().bytes_in, n as u64);
+        } else {
+            if rbuf.capacity() - rbuf.len() < read_size / 2 {
+                rbuf.reserve(read_size.max(rbuf.len()));
             }
-            Err(e) if crate::ws::is_over_budget(&e) => {
-                conn.fail(core, WireError::FrameTooLarge(TooLarge::PartialFrames(core.cfg.partial_frames_budget)), None);
-                break;
-            }
-            Err(_) => 0,
-        };
-        rbuf.truncate(start + n);
-        super::Counters::add(&conn.counters().bytes_in, n as u64);
-        if n == 0 || conn.state.get() == super::State::Dead {
-            break;
+            let start = rbuf.len();
+            let room = rbuf.capacity() - start;
+            rbuf.resize(start + room, 0);
+            let read = rd.read(&mut rbuf[start..]).await;
+            let Some(n) = read_outcome(core, conn, read) else { break };
+            rbuf.truncate(start + n);
+            super::Counters::add(&conn.counters().bytes_in, n as u64);
+            // A read that fills the buffer means more is waiting: the next one is larger.
+            drained = n < room;
+            read_size = if drained { MIN_READ } else { (read_size * 2).min(MAX_READ) };
         }
-        read_size = if n == room { (read_size * 2).min(MAX_READ) } else { MIN_READ };
         conn.last_read.set(Instant::now());
         loop {
             match decoder.decode(&mut rbuf) {
@@ -131,4 +144,24 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
         // never yields): let the writers and other connections run between batches.
         futures_lite::future::yield_now().await;
     }
+}
+
+/// The bytes a read brought, or `None` when reading is over: EOF, a dead connection, or an
+/// error. A read error ends the connection exactly like EOF, except a WebSocket message over
+/// the size limit or the partial-frames budget, which the client is told about as any frame
+/// too large.
+fn read_outcome(core: &Rc<Core>, conn: &Rc<Conn>, read: std::io::Result<usize>) -> Option<usize> {
+    let n = match read {
+        Ok(n) => n,
+        Err(e) if crate::ws::is_too_large(&e) => {
+            conn.fail(core, WireError::FrameTooLarge(TooLarge::Body(core.cfg.max_body_size)), None);
+            return None;
+        }
+        Err(e) if crate::ws::is_over_budget(&e) => {
+            conn.fail(core, WireError::FrameTooLarge(TooLarge::PartialFrames(core.cfg.partial_frames_budget)), None);
+            return None;
+        }
+        Err(_) => 0,
+    };
+    (n > 0 && conn.state.get() != super::State::Dead).then_some(n)
 }

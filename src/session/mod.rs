@@ -340,7 +340,9 @@ impl Session {
         };
         self.version = version;
         self.state = State::Connected;
-        if let Some(id) = verified.or_else(|| self.transport_identity.clone()).or_else(|| login.cloned()) {
+        // A copy of `login`, not a view: a view would keep the whole read buffer the CONNECT
+        // arrived in alive for as long as the connection.
+        if let Some(id) = verified.or_else(|| self.transport_identity.clone()).or_else(|| login.map(|l| Bytes::copy_from_slice(l))) {
             self.client_id = id;
         }
         out.push(Action::Connected { version, heart_beat: negotiate_heart_beat(client_hb, advertised), advertised, session: self.session_id.clone() });

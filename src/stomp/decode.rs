@@ -150,6 +150,15 @@ impl Decoder {
         }
     }
 
+    /// Gives the header list's allocation to this thread's spare lists when no frame is half
+    /// parsed, so a connection waiting for its next frame holds none (idle memory per
+    /// connection, issue 19); the next header line takes one back without allocating.
+    pub fn park(&mut self) {
+        if matches!(self.state, State::Idle) && self.headers.capacity() > 0 {
+            spare_headers::give(std::mem::take(&mut self.headers));
+        }
+    }
+
     /// Set once CONNECT has been negotiated; before that no header is unescaped.
     pub fn set_version(&mut self, v: Version) {
         self.version = Some(v);
@@ -358,6 +367,9 @@ impl Decoder {
                 Err(DecodeError::FrameTooLarge) => return Err(self.too_large(TooLarge::Body(self.limits.max_body))),
             };
             self.content_length = Some(len);
+        }
+        if self.headers.capacity() == 0 {
+            self.headers = spare_headers::take();
         }
         self.headers.push((name, value));
         Ok(())
@@ -992,5 +1004,35 @@ mod tests {
         // One frame larger than the whole budget is refused on its own.
         let mut alone = PartialShare::new(&all);
         assert!(alone.update(101, 100));
+    }
+}
+
+/// Header lists parked by idle decoders ([`Decoder::park`]), per thread: each core's
+/// connections share that core's spares, so only the connections in the middle of a frame
+/// hold a list.
+mod spare_headers {
+    use super::Part;
+    use std::cell::RefCell;
+
+    /// Enough for the connections of one core that wake in the same loop turn; lists past it
+    /// are freed.
+    const KEEP: usize = 64;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<Vec<(Part, Part)>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn take() -> Vec<(Part, Part)> {
+        SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+    }
+
+    pub(super) fn give(mut list: Vec<(Part, Part)>) {
+        list.clear();
+        SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < KEEP {
+                s.push(list);
+            }
+        });
     }
 }
