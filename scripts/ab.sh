@@ -16,7 +16,9 @@
 #                                (receipt every 1000), queue 2->2 (receipt every 1000), connect
 #                                (4 workers); amqp-fanout and amqp-queue are the same loads over
 #                                AMQP 1.0 (scripts/amqp-bench.sh), to each gateway's AMQP
-#                                listener on PORT+20 (A) / PORT+21 (B)
+#                                listener on PORT+20 (A) / PORT+21 (B); idle holds
+#                                IDLE_CONNECTIONS connections and reports the gateway's RSS per
+#                                connection (e.g. IDLE_CONNECTIONS=19000 CASES=idle)
 #   DURATION_S=8 WARMUP_S=2      measured window and warm-up per run
 #   PORT=61653                   A listens on PORT, B on PORT+1 (each side its own port: a
 #                                gateway's start-up refuses a port with another process's
