@@ -498,7 +498,11 @@ impl Session {
             Pattern::Events | Pattern::EventsStore => h.get(b"x-kubemq-group").filter(|g| !g.is_empty()).cloned(),
             _ => None,
         };
-        let sub = Subscription::new(id, dest.pattern, dest.channel.clone(), dest.wildcard, ack);
+        // Copies, not views: a subscription (here, and the channel in the array's registries)
+        // lives as long as the connection, and a view would keep alive the whole read buffer
+        // the SUBSCRIBE arrived in (up to 256 KiB when it came in a burst).
+        let (id, channel, group) = (Bytes::copy_from_slice(&id), Channel(Bytes::copy_from_slice(&dest.channel.0)), group.map(|g| Bytes::copy_from_slice(&g)));
+        let sub = Subscription::new(id, dest.pattern, channel.clone(), dest.wildcard, ack);
         // Checked after the frame is validated, before anything is taken: a malformed
         // SUBSCRIBE is still reported as malformed at the cap.
         if self.subs.len() >= self.cfg.max_subscriptions {
@@ -512,7 +516,7 @@ impl Session {
         }
         let done = self.receipt_token(frame);
         let prefetch = u32::try_from(self.cfg.sub_buff_size).unwrap_or(u32::MAX);
-        let op = ArrayOp::Subscribe { sub: n, pattern: dest.pattern, channel: dest.channel, wildcard: dest.wildcard, group, start, prefetch };
+        let op = ArrayOp::Subscribe { sub: n, pattern: dest.pattern, channel, wildcard: dest.wildcard, group, start, prefetch };
         out.push(Action::Array { op, done });
         Ok(())
     }

@@ -745,3 +745,34 @@ fn memory_budgets_free_their_room_when_work_ends() {
         assert!(go, "round {round}: {out:?}");
     }
 }
+
+/// What a session keeps for the connection's lifetime (its client id, a subscription's id,
+/// channel and group, in the session and in the array's registries) must be copies: the
+/// decoder hands out views of the read buffer, and one kept view would keep that whole buffer
+/// (up to 256 KiB) alive for as long as the connection.
+#[test]
+fn what_a_session_keeps_never_pins_the_read_buffer_its_frames_came_in() {
+    let buf = Bytes::from(b"accept-version1.2loginalicedestination/topic/a.bidsub-1x-kubemq-groupg1".to_vec());
+    let view = |s: &str| {
+        let at = buf.windows(s.len()).position(|w| w == s.as_bytes()).expect("in the buffer");
+        buf.slice(at..at + s.len())
+    };
+    let viewed = |pairs: &[(&str, &str)]| crate::stomp::Headers(pairs.iter().map(|(n, v)| (view(n), view(v))).collect());
+    let mut s = session_with(|_| {});
+    let connect = Frame { command: Command::Connect, headers: viewed(&[("accept-version", "1.2"), ("login", "alice")]), body: Bytes::new() };
+    let (go, out) = feed(&mut s, connect);
+    assert!(go && matches!(out.as_slice(), [Action::Connected { .. }]), "{out:?}");
+    let subscribe =
+        Frame { command: Command::Subscribe, headers: viewed(&[("destination", "/topic/a.b"), ("id", "sub-1"), ("x-kubemq-group", "g1")]), body: Bytes::new() };
+    let (go, out) = feed(&mut s, subscribe);
+    assert!(go);
+    // What the array is asked to keep: the channel and the group.
+    let kept: Vec<Bytes> = match ops(&out).as_slice() {
+        [(ArrayOp::Subscribe { channel, group: Some(group), .. }, None)] => vec![channel.0.clone(), group.clone()],
+        other => panic!("{other:?}"),
+    };
+    drop(out);
+    assert_eq!(&s.client_id()[..], b"alice");
+    assert_eq!(kept, [Bytes::from_static(b"a.b"), Bytes::from_static(b"g1")]);
+    assert!(buf.is_unique(), "a view of the read buffer outlived its frames");
+}
