@@ -169,7 +169,11 @@ def test_connections_and_links_show_known_clients_and_go_when_closed(gw):
             links = {(l["container_id"], l["name"]): l for l in view(gw, "links")["links"] if l["container_id"] in (ca, cb)}
             seen[:] = [links]
             rq = links.get((ca, "rq"), {})
-            return links if len(links) == 4 and rq["unsettled"] == 2 and rq["credit"] == granted(3) - 2 else None
+            # proton usually grants 3 twice (see `granted`), but one CI run through a remote
+            # array showed the gateway only 3 for the whole 10 s (proton's FLOWs depend on when
+            # its blocking calls pump I/O): either grant, with 2 credits used.
+            used_two = rq.get("credit") in (3 - 2, granted(3) - 2)
+            return links if len(links) == 4 and rq["unsettled"] == 2 and used_two else None
 
         try:
             links = until(links_now, "the four links, the receiver holding 2 unsettled with 2 credits used")
