@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """What one `fdatasync` costs on a disk after a 32 KiB write, three ways (issue 15, the store's
 segments): appending to a growing file (the size changes with every write: what
-`src/array/log/segment.rs` does), writing into space reserved with `fallocate`, and overwriting
-zeros written and synced beforehand. Which of the three a segment should be is a measurement of
+`src/array/log/segment.rs` does while no spare segment is ready), writing into space reserved
+with `fallocate`, and overwriting zeros written and synced beforehand (a spare segment,
+`src/array/log/spare.rs`). Which of the three a segment should be is a measurement of
 the disk (perf/RESULTS.md, "Segment preallocation"). Not part of scripts/test.
 
     scripts/fsync-cost.py [DIR] [--writes N]     DIR defaults to target/ (the disk the store uses)

@@ -223,12 +223,17 @@ fn a_torn_last_record_after_kill_9_is_cut_and_everything_before_it_survives() {
     let mut p = connected(&gw);
     send_receipted(&mut p, dest, (0..20).map(|i| format!("t{i}")));
     gw.stop();
-    // What a kill in the middle of a write leaves: the first part of one more record.
+    // What a kill in the middle of a write leaves: the first part of one more record, right
+    // after the records (the end of the file, or where the zeros of a segment written over a
+    // spare begin: either may be the last segment, depending on when the spare was ready).
     let seg = last_segment(&store.0, 0);
-    let bytes = std::fs::read(&seg).unwrap();
+    let file = std::fs::read(&seg).unwrap();
+    let end = records_end(&file);
+    assert!(end > 0 && file[end..].iter().all(|&b| b == 0), "the segment is its records, then zeros if any");
+    let bytes = file[..end].to_vec();
     let first_record_len = 12 + u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
-    let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
-    std::io::Write::write_all(&mut f, &bytes[..first_record_len / 2]).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &bytes[..first_record_len / 2], end as u64).unwrap();
     drop(f);
 
     let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
@@ -240,11 +245,29 @@ fn a_torn_last_record_after_kill_9_is_cut_and_everything_before_it_survives() {
     let err = gw.stop();
     assert!(err.contains("torn or corrupt tail"), "one line about the cut: {err}");
     // The half record is gone: the good bytes are kept as they were, and the record appended
-    // after the restart starts right where they end.
+    // after the restart starts right where they end, or at the start of the next segment when
+    // the log had moved to a spare by then (it leaves a plain segment for one once it is ready).
     let now = std::fs::read(&seg).unwrap();
     assert_eq!(&now[..bytes.len()], &bytes[..]);
-    assert!(now.len() > bytes.len(), "the SEND after the restart was appended here");
-    assert_eq!(&now[bytes.len()..bytes.len() + 4], b"SGR1", "the next record starts right at the cut");
+    if now.len() > bytes.len() {
+        assert_eq!(&now[bytes.len()..bytes.len() + 4], b"SGR1", "the next record starts right at the cut");
+    }
+    let next = last_segment(&store.0, 0);
+    if next == seg {
+        assert!(now.len() > bytes.len(), "the records after the restart were appended here");
+    } else {
+        assert_eq!(&std::fs::read(&next).unwrap()[..4], b"SGR1", "the records after the restart go on in the next segment");
+    }
+}
+
+/// Where a segment's records end: the first position that does not start a record's frame
+/// (magic `SGR1`, then CRC and length, each 4 bytes).
+fn records_end(bytes: &[u8]) -> usize {
+    let mut pos = 0;
+    while bytes.len() >= pos + 12 && &bytes[pos..pos + 4] == b"SGR1" {
+        pos += 12 + u32::from_le_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+    }
+    pos
 }
 
 #[test]

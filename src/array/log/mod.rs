@@ -10,5 +10,8 @@
 //!   corrupt records in the middle skipped and counted); deletion of whole segments. Its doc
 //!   says why plain files on the core's thread rather than glommio's DMA files, and what the
 //!   array will do with this (group commit, recovery, space reclamation: items 2, 4, 5).
+//! * [`spare`]: segment files of zeros written and synced ahead of use by a helper thread, so
+//!   that a commit's `fdatasync` overwrites blocks instead of growing a file (cheaper per sync).
 pub mod record;
 pub mod segment;
+pub mod spare;

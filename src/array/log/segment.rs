@@ -4,8 +4,18 @@
 //! A segment is `{id:020}.seg` (ids from 1, increasing; the name sorts as the number). Other
 //! files in the directory are ignored, so a lock file can live beside the segments. A segment
 //! is closed once the next batch would take it past `segment_bytes`; a batch is never split, so
-//! a batch larger than `segment_bytes` gets a segment of its own (files are capped, not
-//! preallocated: a preallocated tail of zeros would look like damage to the scanner).
+//! a batch larger than `segment_bytes` gets a segment of its own.
+//!
+//! # Written over zeros
+//! With [`SegmentLog::with_spares`] (the store's logs), a new segment is a spare: a file of
+//! `segment_bytes` zeros written and synced beforehand by a helper thread ([`super::spare`]),
+//! which the log renames into place and overwrites from its start, because an `fdatasync`
+//! that only overwrites costs less than one that also grows the file (that module says why and
+//! what was measured). Until a spare is ready the log appends to a plain file as before, and it
+//! moves to the spare's segment as soon as one is. A segment's length in this log is that of
+//! its records; the rest of its file is zeros, which the scan reads as the clean end (below).
+//! Disk: one spare per core, plus the zeros the active segment has not yet overwritten (and
+//! the few bytes a closed segment's last batch did not fill), beyond the records' bytes.
 //!
 //! # Writing: one `write`, one `fdatasync`
 //! [`SegmentLog::append_batch`] writes a group of encoded records with one `write_all` (one
@@ -41,6 +51,11 @@
 //!   segment is truncated at the end of its last good record and the cut is reported once
 //!   ([`Recovery::tail_cuts`], and one warning line).
 //!
+//! Where the bytes from that position to the end are all zeros, there is no damage: that is
+//! the part of a segment written over zeros that no batch reached yet (a record starts with
+//! its magic, never with a zero byte), and the segment's records end there, with nothing cut.
+//! A torn record followed by zeros is not all zeros, so it is cut as above.
+//!
 //! Recovery holds one segment in memory at a time: at most `segment_bytes`, or one batch
 //! larger than that.
 //!
@@ -67,9 +82,10 @@
 //! without its message, which would bring the settled message back, cannot happen.
 
 use super::record::{self, Record, MAGIC};
+use super::spare::Spares;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// A segment's number: its position in the log.
@@ -115,6 +131,8 @@ pub struct SegmentScan {
     /// The length the segment keeps: the end of its last good (or intact but unreadable)
     /// record. Damage before that is skipped, not cut.
     pub good_len: usize,
+    /// The bytes from `good_len` to the end are zeros, not yet written over: a clean end.
+    pub zero_tail: bool,
 }
 
 /// Scans one segment's bytes: every good record, in order, goes to `on_record` with its offset.
@@ -134,6 +152,10 @@ pub fn scan_segment<'a>(bytes: &'a [u8], mut on_record: impl FnMut(u64, Record<'
                 }
                 pos += len;
                 scan.good_len = pos;
+            }
+            Err(_) if bytes[pos..].iter().all(|&b| b == 0) => {
+                scan.zero_tail = true;
+                break;
             }
             Err(_) => match next_frame(bytes, pos + 1) {
                 Some(next) => {
@@ -170,6 +192,10 @@ pub struct SegmentLog {
     unsynced_bytes: u64,
     /// A failed append left bytes that could not be cut: start a new segment first.
     roll_before_append: bool,
+    /// Where new segments come from when a spare is ready (`with_spares`).
+    spares: Option<Spares>,
+    /// The active segment was a spare: its file is zeros past the records.
+    active_zeroed: bool,
 }
 
 impl SegmentLog {
@@ -193,7 +219,7 @@ impl SegmentLog {
             recovery.records += scan.records;
             recovery.corrupt_regions += scan.corrupt_regions;
             recovery.unreadable += scan.unreadable;
-            if scan.good_len < bytes.len() {
+            if scan.good_len < bytes.len() && !scan.zero_tail {
                 truncate(&path, scan.good_len as u64)?;
                 let cut = TailCut { segment: id, kept: scan.good_len as u64, cut: (bytes.len() - scan.good_len) as u64 };
                 tracing::warn!(segment = %path.display(), kept = cut.kept, cut = cut.cut, "log segment has a torn or corrupt tail: cut at the last good record");
@@ -202,10 +228,11 @@ impl SegmentLog {
             segments.insert(id, scan.good_len as u64);
         }
         let (active_id, active, dir_unsynced) = match segments.last_key_value() {
-            Some((&id, _)) => (id, open_append(&segment_path(dir, id))?, false),
+            Some((&id, &len)) => (id, open_at(&segment_path(dir, id), len)?, false),
             None => (SegmentId(1), create_segment(dir, SegmentId(1))?, true),
         };
-        segments.entry(active_id).or_insert(0);
+        let active_len = *segments.entry(active_id).or_insert(0);
+        let active_zeroed = active.metadata().map_err(|e| at_path(e, "cannot read segment", &segment_path(dir, active_id)))?.len() > active_len;
         let log = SegmentLog {
             dir: dir.to_path_buf(),
             segment_bytes,
@@ -216,8 +243,22 @@ impl SegmentLog {
             dir_unsynced,
             unsynced_bytes: 0,
             roll_before_append: false,
+            spares: None,
+            active_zeroed,
         };
         Ok((log, recovery))
+    }
+
+    /// From now on, new segments are spares written over zeros when one is ready (see the
+    /// module doc), prepared by a thread of this log's own. Without the thread (it could not
+    /// be started) the log goes on appending, with one warning line.
+    #[must_use]
+    pub fn with_spares(mut self) -> SegmentLog {
+        match Spares::start(&self.dir, self.segment_bytes) {
+            Ok(spares) => self.spares = Some(spares),
+            Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "cannot start preparing spare log segments: segments grow by appends"),
+        }
+        self
     }
 
     /// Appends a group of whole encoded records with one write, first closing the active
@@ -233,15 +274,20 @@ impl SegmentLog {
         if records.is_empty() {
             return Ok(Position { segment: self.active_id, offset: self.active_len() });
         }
-        if self.roll_before_append || (self.active_len() > 0 && self.active_len() + records.len() as u64 > self.segment_bytes) {
+        let full = self.active_len() > 0 && self.active_len() + records.len() as u64 > self.segment_bytes;
+        // A plain segment is left for a spare as soon as one is ready: its syncs cost more.
+        let spare_waiting = !self.active_zeroed && self.spares.as_ref().is_some_and(Spares::ready);
+        if self.roll_before_append || full || spare_waiting {
             self.roll()?;
             self.roll_before_append = false;
         }
         let at = Position { segment: self.active_id, offset: self.active_len() };
         if let Err(e) = self.active.write_all(records) {
-            // Appends go to the end of the file (O_APPEND): partial bytes left there would sit
-            // between this segment's records and the next batch.
-            if self.active.set_len(at.offset).is_err() {
+            // Partial bytes left there would sit between this segment's records and the next
+            // batch: cut them (the segment then grows by appends) and write there again.
+            let cut = self.active.set_len(at.offset).and_then(|()| self.active.seek(SeekFrom::Start(at.offset)));
+            self.active_zeroed = false;
+            if cut.is_err() {
                 self.roll_before_append = true;
             }
             return Err(at_path(e, "cannot append to segment", &segment_path(&self.dir, self.active_id)));
@@ -355,10 +401,16 @@ impl SegmentLog {
         self.segments.get(&self.active_id).copied().unwrap_or(0)
     }
 
-    /// Closes the active segment (synced at the next `sync`) and starts the next one.
+    /// Closes the active segment (synced at the next `sync`) and starts the next one: the
+    /// spare when one is ready, else an empty file.
     fn roll(&mut self) -> io::Result<()> {
         let next = SegmentId(self.active_id.0 + 1);
-        let file = create_segment(&self.dir, next)?;
+        let spare = self.spares.as_ref().and_then(|s| s.take(&segment_path(&self.dir, next)));
+        self.active_zeroed = spare.is_some();
+        let file = match spare {
+            Some(file) => file,
+            None => create_segment(&self.dir, next)?,
+        };
         let closed = std::mem::replace(&mut self.active, file);
         if self.unsynced_bytes > 0 {
             self.closed_unsynced.push(closed);
@@ -504,13 +556,18 @@ fn list_segments(dir: &Path) -> io::Result<Vec<SegmentId>> {
     Ok(ids)
 }
 
+/// A new, empty segment. Segments are written at their records' end with the file's own
+/// offset (not `O_APPEND`: a spare's file is longer than its records).
 fn create_segment(dir: &Path, id: SegmentId) -> io::Result<File> {
     let path = segment_path(dir, id);
-    OpenOptions::new().append(true).create_new(true).open(&path).map_err(|e| at_path(e, "cannot create segment", &path))
+    OpenOptions::new().write(true).create_new(true).open(&path).map_err(|e| at_path(e, "cannot create segment", &path))
 }
 
-fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().append(true).open(path).map_err(|e| at_path(e, "cannot open segment", path))
+/// An existing segment, open for writing at `len` (the end of its records).
+fn open_at(path: &Path, len: u64) -> io::Result<File> {
+    let mut file = OpenOptions::new().write(true).open(path).map_err(|e| at_path(e, "cannot open segment", path))?;
+    file.seek(SeekFrom::Start(len)).map_err(|e| at_path(e, "cannot open segment", path))?;
+    Ok(file)
 }
 
 fn truncate(path: &Path, len: u64) -> io::Result<()> {
@@ -848,7 +905,159 @@ mod tests {
         assert_eq!((scan.unreadable, scan.corrupt_regions, scan.good_len), (1, 0, bytes.len()));
     }
 
+    /// Waits (at most 10 s) until the log's spare is ready.
+    fn wait_for_spare(log: &SegmentLog) {
+        let spares = log.spares.as_ref().expect("the log has spares");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !spares.ready() {
+            assert!(std::time::Instant::now() < until, "no spare segment within 10 s");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn segments_written_over_zeros_keep_their_records_and_reopen_without_a_cut() {
+        let tmp = TempDir::new("spares");
+        let mut one = Vec::new();
+        store_record(&mut one, 1, b"body 001");
+        let record_len = one.len() as u64;
+        let segment_bytes = record_len * 3 + record_len / 2;
+        let (log, _, _) = reopen(&tmp.0, segment_bytes);
+        let mut log = log.with_spares();
+        wait_for_spare(&log);
+        assert_eq!(fs::metadata(tmp.0.join("spare.zeros")).unwrap().len(), segment_bytes);
+        assert!(fs::read(tmp.0.join("spare.zeros")).unwrap().iter().all(|&b| b == 0));
+        let mut buf = Vec::new();
+        for seq in 1..=7 {
+            wait_for_spare(&log);
+            buf.clear();
+            store_record(&mut buf, seq, format!("body {seq:03}").as_bytes());
+            log.append_batch(&buf).unwrap();
+        }
+        log.sync().unwrap();
+        // The empty plain segment 1 was left for the spare at the first batch; segments 2 to 4
+        // are spares: full-size files whose records end before their zeros.
+        assert_eq!(
+            log.segments().collect::<Vec<_>>(),
+            vec![(SegmentId(1), 0), (SegmentId(2), 3 * record_len), (SegmentId(3), 3 * record_len), (SegmentId(4), record_len)]
+        );
+        for id in 2..=4 {
+            assert_eq!(fs::metadata(segment_path(&tmp.0, SegmentId(id))).unwrap().len(), segment_bytes, "segment {id}");
+        }
+        drop(log);
+        let (log, recovery, seen) = reopen(&tmp.0, segment_bytes);
+        assert_eq!(seqs(&seen), (1..=7).collect::<Vec<_>>());
+        assert_eq!(recovery, Recovery { records: 7, ..Recovery::default() });
+        // Appends go on right after the last record, over the zeros, and read back.
+        let mut log = log.with_spares();
+        buf.clear();
+        store_record(&mut buf, 8, b"body 008");
+        assert_eq!(log.append_batch(&buf).unwrap(), Position { segment: SegmentId(4), offset: record_len });
+        log.sync().unwrap();
+        drop(log);
+        let (_, recovery, seen) = reopen(&tmp.0, segment_bytes);
+        assert_eq!(seqs(&seen), (1..=8).collect::<Vec<_>>());
+        assert!(recovery.tail_cuts.is_empty());
+    }
+
+    #[test]
+    fn a_torn_record_over_zeros_is_cut_and_the_log_goes_on() {
+        let tmp = TempDir::new("spare-torn");
+        let segment_bytes = 1 << 16;
+        let (log, _, _) = reopen(&tmp.0, segment_bytes);
+        let mut log = log.with_spares();
+        wait_for_spare(&log);
+        let mut buf = Vec::new();
+        for seq in 1..=3 {
+            buf.clear();
+            store_record(&mut buf, seq, format!("body {seq:03}").as_bytes());
+            log.append_batch(&buf).unwrap();
+        }
+        log.sync().unwrap();
+        let active = log.active_segment();
+        let len = log.segments().last().unwrap().1;
+        drop(log);
+        // The last record's second half never reached the disk: zeros there, as a crash during
+        // the write over a spare leaves it.
+        let path = segment_path(&tmp.0, active);
+        let mut bytes = fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, segment_bytes);
+        let last_start = len as usize - buf.len();
+        bytes[last_start + buf.len() / 2..len as usize].fill(0);
+        fs::write(&path, &bytes).unwrap();
+        let (log, recovery, seen) = reopen(&tmp.0, segment_bytes);
+        assert_eq!(seqs(&seen), vec![1, 2]);
+        assert_eq!(recovery.tail_cuts, vec![TailCut { segment: active, kept: last_start as u64, cut: segment_bytes - last_start as u64 }]);
+        assert_eq!(fs::metadata(&path).unwrap().len(), last_start as u64);
+        let mut log = log;
+        buf.clear();
+        store_record(&mut buf, 3, b"again");
+        assert_eq!(log.append_batch(&buf).unwrap(), Position { segment: active, offset: last_start as u64 });
+        log.sync().unwrap();
+        drop(log);
+        let (_, recovery, seen) = reopen(&tmp.0, segment_bytes);
+        assert_eq!(seqs(&seen), vec![1, 2, 3]);
+        assert!(recovery.tail_cuts.is_empty());
+    }
+
+    #[test]
+    fn spares_left_by_an_earlier_process_are_removed_and_never_read() {
+        let tmp = TempDir::new("spare-left");
+        write_records(&tmp.0, 1 << 20, 2);
+        fs::write(tmp.0.join("spare.zeros"), b"not zeros").unwrap();
+        fs::write(tmp.0.join("spare.zeros.tmp"), b"half").unwrap();
+        let (log, recovery, seen) = reopen(&tmp.0, 1 << 20);
+        assert_eq!((seqs(&seen), recovery.records), (vec![1, 2], 2));
+        let log = log.with_spares();
+        wait_for_spare(&log);
+        assert!(!tmp.0.join("spare.zeros.tmp").exists());
+        let spare = fs::read(tmp.0.join("spare.zeros")).unwrap();
+        assert_eq!(spare.len(), 1 << 20);
+        assert!(spare.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn dropping_the_log_stops_a_spare_being_written_and_removes_it() {
+        let tmp = TempDir::new("spare-stop");
+        let (log, _, _) = reopen(&tmp.0, 256 << 20);
+        let log = log.with_spares();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let began = std::time::Instant::now();
+        drop(log);
+        assert!(began.elapsed() < std::time::Duration::from_secs(5), "drop waited {:?}", began.elapsed());
+        assert!(!tmp.0.join("spare.zeros.tmp").exists(), "the half-written spare is removed");
+        assert!(!tmp.0.join("spare.zeros").exists(), "a 256 MiB spare is not finished in 20 ms");
+    }
+
     proptest::proptest! {
+        #[test]
+        fn over_zeros_a_cut_between_records_is_a_clean_end_and_any_other_a_tail_cut(
+            bodies in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 1..8),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+            zeros in 1usize..512,
+        ) {
+            let mut bytes = Vec::new();
+            let mut ends = vec![0];
+            for (i, body) in bodies.iter().enumerate() {
+                store_record(&mut bytes, i as u64 + 1, body);
+                ends.push(bytes.len());
+            }
+            let whole_bytes = bytes.clone();
+            let keep = cut.index(bytes.len() + 1);
+            bytes.truncate(keep);
+            bytes.resize(keep + zeros, 0);
+            let mut seen = Vec::new();
+            let scan = scan_segment(&bytes, |_, rec| if let Record::StoreMessage(m) = rec { seen.push(m.sequence) });
+            // A record survives when the zeros give back its bytes: it ended before the cut, or
+            // everything of it after the cut was zeros anyway.
+            let whole = ends.windows(2).take_while(|w| w[1] <= bytes.len() && bytes[w[0]..w[1]] == whole_bytes[w[0]..w[1]]).count();
+            proptest::prop_assert_eq!(seen, (1..=whole as u64).collect::<Vec<_>>());
+            proptest::prop_assert_eq!(scan.good_len, ends[whole]);
+            proptest::prop_assert_eq!(scan.zero_tail, bytes[ends[whole]..].iter().all(|&b| b == 0));
+            proptest::prop_assert_eq!(scan.zero_tail, keep <= ends[whole] || whole_bytes[ends[whole]..keep].iter().all(|&b| b == 0));
+            proptest::prop_assert_eq!(scan.corrupt_regions, 0);
+        }
+
         #[test]
         fn a_segment_cut_anywhere_yields_exactly_the_records_before_the_cut(
             bodies in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 1..8),
