@@ -274,12 +274,12 @@ impl SegmentLog {
         if records.is_empty() {
             return Ok(Position { segment: self.active_id, offset: self.active_len() });
         }
-        let full = self.active_len() > 0 && self.active_len() + records.len() as u64 > self.segment_bytes;
-        // A plain segment is left for a spare as soon as one is ready: its syncs cost more.
-        let spare_waiting = !self.active_zeroed && self.spares.as_ref().is_some_and(Spares::ready);
-        if self.roll_before_append || full || spare_waiting {
+        if self.roll_before_append || (self.active_len() > 0 && self.active_len() + records.len() as u64 > self.segment_bytes) {
             self.roll()?;
             self.roll_before_append = false;
+        } else if !self.active_zeroed {
+            // A plain segment is left for a spare as soon as one is ready: its syncs cost more.
+            self.move_to_a_spare();
         }
         let at = Position { segment: self.active_id, offset: self.active_len() };
         if let Err(e) = self.active.write_all(records) {
@@ -405,12 +405,28 @@ impl SegmentLog {
     /// spare when one is ready, else an empty file.
     fn roll(&mut self) -> io::Result<()> {
         let next = SegmentId(self.active_id.0 + 1);
-        let spare = self.spares.as_ref().and_then(|s| s.take(&segment_path(&self.dir, next)));
-        self.active_zeroed = spare.is_some();
-        let file = match spare {
-            Some(file) => file,
-            None => create_segment(&self.dir, next)?,
-        };
+        match self.spares.as_ref().and_then(|s| s.take(&segment_path(&self.dir, next))) {
+            Some(file) => self.start_segment(next, file, true),
+            None => {
+                let file = create_segment(&self.dir, next)?;
+                self.start_segment(next, file, false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the active segment for the spare, when one is ready; else, or when taking it
+    /// fails, the active segment stays.
+    fn move_to_a_spare(&mut self) {
+        let next = SegmentId(self.active_id.0 + 1);
+        if let Some(file) = self.spares.as_ref().and_then(|s| s.take(&segment_path(&self.dir, next))) {
+            self.start_segment(next, file, true);
+        }
+    }
+
+    /// Makes `file` the active segment `next`, the active one closed (synced at the next sync).
+    fn start_segment(&mut self, next: SegmentId, file: File, zeroed: bool) {
+        self.active_zeroed = zeroed;
         let closed = std::mem::replace(&mut self.active, file);
         if self.unsynced_bytes > 0 {
             self.closed_unsynced.push(closed);
@@ -418,7 +434,6 @@ impl SegmentLog {
         self.active_id = next;
         self.segments.insert(next, 0);
         self.dir_unsynced = true;
-        Ok(())
     }
 }
 
