@@ -773,6 +773,36 @@ impl Drop for SmallFs {
 }
 
 #[test]
+fn no_spare_segment_takes_room_the_records_need() {
+    // Spares (segments of zeros written ahead) are made only with twice their size free: on a
+    // 1 MiB filesystem a 640 KiB spare would fit, but would leave the records too little room.
+    let Some(fs) = SmallFs::mount("nospare", "1m") else {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)");
+        return;
+    };
+    let store = fs.0.join("store");
+    let args = ["--store-dir", store.to_str().unwrap(), "--store-segment-bytes", "655360"];
+    let gw = Gateway::spawn(&args, None);
+    let mut p = connected(&gw);
+    send_receipted(&mut p, "/queue/persist.nospare", (0..20).map(|i| format!("n{i}")));
+    std::thread::sleep(Duration::from_secs(1));
+    // A spare would show as a 640 KiB file: waiting as `spare.zeros`, or as a segment it became.
+    let files: Vec<(PathBuf, u64)> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|core| core.unwrap().path())
+        .filter(|core| core.is_dir())
+        .flat_map(|core| std::fs::read_dir(core).unwrap().map(|e| e.unwrap().path()))
+        .map(|f| {
+            let len = std::fs::metadata(&f).unwrap().len();
+            (f, len)
+        })
+        .collect();
+    assert!(files.iter().any(|(f, _)| f.extension().is_some_and(|e| e == "seg")), "{files:?}");
+    assert!(files.iter().all(|&(_, len)| len < 64 << 10), "no spare on a filesystem with less than two segments free: {files:?}");
+    drop(gw);
+}
+
+#[test]
 fn on_a_full_filesystem_sends_are_refused_with_an_error_and_nothing_receipted_is_lost() {
     let Some(fs) = SmallFs::mount("enospc", "1m") else {
         eprintln!("SKIPPED: cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN); the --store-max-bytes test covers the refusal");

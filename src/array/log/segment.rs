@@ -976,6 +976,24 @@ mod tests {
     }
 
     #[test]
+    fn a_spare_that_cannot_be_taken_leaves_the_batch_on_the_active_segment() {
+        let tmp = TempDir::new("spare-gone");
+        let (log, _, _) = reopen(&tmp.0, 1 << 16);
+        let mut log = log.with_spares();
+        wait_for_spare(&log);
+        // Ready, but its file is gone: the rename onto the next segment's name fails.
+        fs::remove_file(tmp.0.join("spare.zeros")).unwrap();
+        let mut buf = Vec::new();
+        store_record(&mut buf, 1, b"body 001");
+        assert_eq!(log.append_batch(&buf).unwrap(), Position { segment: SegmentId(1), offset: 0 });
+        assert!(!segment_path(&tmp.0, SegmentId(2)).exists(), "no new segment for a spare that could not be taken");
+        log.sync().unwrap();
+        drop(log);
+        let (_, recovery, seen) = reopen(&tmp.0, 1 << 16);
+        assert_eq!((seqs(&seen), recovery.tail_cuts), (vec![1], vec![]));
+    }
+
+    #[test]
     fn a_torn_record_over_zeros_is_cut_and_the_log_goes_on() {
         let tmp = TempDir::new("spare-torn");
         let segment_bytes = 1 << 16;
