@@ -650,6 +650,15 @@ mod tests {
         seen.iter().map(|&(s, _)| s).collect()
     }
 
+    /// The length of a `write_records` record ("body NNN"), and a segment size with room for
+    /// three of them (and half of a fourth).
+    fn three_records_a_segment() -> (u64, u64) {
+        let mut one = Vec::new();
+        store_record(&mut one, 1, b"body 001");
+        let record_len = one.len() as u64;
+        (record_len, record_len * 3 + record_len / 2)
+    }
+
     /// Writes store records 1..=n, one batch each, syncs and drops the log.
     fn write_records(dir: &Path, segment_bytes: u64, n: u64) {
         let (mut log, _, _) = reopen(dir, segment_bytes);
@@ -724,11 +733,7 @@ mod tests {
     #[test]
     fn a_full_segment_rolls_over_and_batches_are_never_split() {
         let tmp = TempDir::new("rollover");
-        let mut one = Vec::new();
-        store_record(&mut one, 1, b"body 001");
-        let record_len = one.len() as u64;
-        // Room for three records per segment.
-        let segment_bytes = record_len * 3 + record_len / 2;
+        let (record_len, segment_bytes) = three_records_a_segment();
         write_records(&tmp.0, segment_bytes, 10);
         let (mut log, recovery, seen) = reopen(&tmp.0, segment_bytes);
         assert_eq!(seqs(&seen), (1..=10).collect::<Vec<_>>());
@@ -933,10 +938,7 @@ mod tests {
     #[test]
     fn segments_written_over_zeros_keep_their_records_and_reopen_without_a_cut() {
         let tmp = TempDir::new("spares");
-        let mut one = Vec::new();
-        store_record(&mut one, 1, b"body 001");
-        let record_len = one.len() as u64;
-        let segment_bytes = record_len * 3 + record_len / 2;
+        let (record_len, segment_bytes) = three_records_a_segment();
         let (log, _, _) = reopen(&tmp.0, segment_bytes);
         let mut log = log.with_spares();
         wait_for_spare(&log);
