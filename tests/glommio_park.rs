@@ -34,6 +34,15 @@ fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Starts an executor named `name` on CPU `cpu` (modulo the CPUs there are) running `body`.
+fn executor<F, Fut>(cpu: usize, name: &str, body: F) -> glommio::ExecutorJoinHandle<()>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    LocalExecutorBuilder::new(Placement::Fixed(cpu % cpus())).name(name).spawn(body).unwrap_or_else(|e| panic!("executor {name} starts: {e}"))
+}
+
 /// Waits for `done` and fails with what was seen if it does not come before the deadline.
 fn expect_done(done: &mpsc::Receiver<u64>, what: &str) {
     let start = Instant::now();
@@ -48,31 +57,25 @@ fn an_executor_parked_on_a_shared_channel_is_woken_by_every_message_from_another
     let (to_b, from_a) = shared_channel::new_bounded::<u64>(1);
     let (to_a, from_b) = shared_channel::new_bounded::<u64>(1);
     let (done_tx, done) = mpsc::channel();
-    let a = LocalExecutorBuilder::new(Placement::Fixed(0))
-        .name("park-test-a")
-        .spawn(move || async move {
-            let (tx, rx) = (to_b.connect().await, from_b.connect().await);
-            let mut n = 0;
-            while n < ROUND_TRIPS {
-                tx.send(n).await.expect("b is listening");
-                let back = rx.recv().await.expect("b answers");
-                assert_eq!(back, n, "b echoes each number");
-                n += 1;
+    let a = executor(0, "park-test-a", move || async move {
+        let (tx, rx) = (to_b.connect().await, from_b.connect().await);
+        let mut n = 0;
+        while n < ROUND_TRIPS {
+            tx.send(n).await.expect("b is listening");
+            let back = rx.recv().await.expect("b answers");
+            assert_eq!(back, n, "b echoes each number");
+            n += 1;
+        }
+        let _ = done_tx.send(n);
+    });
+    let b = executor(1, "park-test-b", move || async move {
+        let (rx, tx) = (from_a.connect().await, to_a.connect().await);
+        while let Some(n) = rx.recv().await {
+            if tx.send(n).await.is_err() {
+                break;
             }
-            let _ = done_tx.send(n);
-        })
-        .expect("executor a starts");
-    let b = LocalExecutorBuilder::new(Placement::Fixed(1 % cpus()))
-        .name("park-test-b")
-        .spawn(move || async move {
-            let (rx, tx) = (from_a.connect().await, to_a.connect().await);
-            while let Some(n) = rx.recv().await {
-                if tx.send(n).await.is_err() {
-                    break;
-                }
-            }
-        })
-        .expect("executor b starts");
+        }
+    });
     expect_done(&done, "shared channel ping-pong");
     a.join().expect("a ends");
     b.join().expect("b ends");
@@ -81,18 +84,15 @@ fn an_executor_parked_on_a_shared_channel_is_woken_by_every_message_from_another
 #[test]
 fn an_executor_parked_on_its_blocking_thread_is_woken_by_every_result() {
     let (done_tx, done) = mpsc::channel();
-    let ex = LocalExecutorBuilder::new(Placement::Fixed(0))
-        .name("park-test-blocking")
-        .spawn(move || async move {
-            let mut n = 0;
-            while n < ROUND_TRIPS {
-                let back = glommio::executor().spawn_blocking(move || n).await;
-                assert_eq!(back, n, "the blocking thread's result");
-                n += 1;
-            }
-            let _ = done_tx.send(n);
-        })
-        .expect("executor starts");
+    let ex = executor(0, "park-test-blocking", move || async move {
+        let mut n = 0;
+        while n < ROUND_TRIPS {
+            let back = glommio::executor().spawn_blocking(move || n).await;
+            assert_eq!(back, n, "the blocking thread's result");
+            n += 1;
+        }
+        let _ = done_tx.send(n);
+    });
     expect_done(&done, "blocking-thread round trips");
     ex.join().expect("executor ends");
 }
@@ -102,16 +102,13 @@ fn an_executor_parked_on_a_foreign_channel_is_woken_by_every_message_from_a_plai
     let (to_ex, from_thread) = flume::bounded::<u64>(1);
     let (to_thread, from_ex) = flume::bounded::<u64>(1);
     let (done_tx, done) = mpsc::channel();
-    let ex = LocalExecutorBuilder::new(Placement::Fixed(0))
-        .name("park-test-foreign")
-        .spawn(move || async move {
-            while let Ok(n) = from_thread.recv_async().await {
-                if to_thread.send_async(n).await.is_err() {
-                    break;
-                }
+    let ex = executor(0, "park-test-foreign", move || async move {
+        while let Ok(n) = from_thread.recv_async().await {
+            if to_thread.send_async(n).await.is_err() {
+                break;
             }
-        })
-        .expect("executor starts");
+        }
+    });
     let thread = std::thread::spawn(move || {
         let mut n = 0;
         while n < ROUND_TRIPS {
