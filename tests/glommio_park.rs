@@ -18,7 +18,9 @@
 //! fences rest on the memory-model argument in vendor/README.md, and these tests guard the
 //! hand-over as a whole. The last test checks the change itself: after parking, the process
 //! has never registered for `membarrier` (upstream glommio 0.9.0 registers on its first park,
-//! and that test fails against it).
+//! and that test fails against it). The two after it guard the second change, timers kept
+//! armed across the executor's turns: an earlier timer set while a later one is armed still
+//! wakes a parked executor on time, and a task queue that runs on is still preempted.
 
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -158,4 +160,72 @@ fn an_executor_parks_without_registering_for_or_issuing_a_membarrier() {
         0,
         "after 20 parks the process is registered for private expedited membarrier (registrations {registered:#x}): an executor issues membarrier IPIs again"
     );
+}
+
+/// The timers' change (vendor/README.md, "timers kept armed across executor turns"): a parked
+/// executor sleeps on the timer armed for its next expiry and keeps it from sleep to sleep;
+/// a timer set later that expires sooner must replace it. Here a task waits on a 10 s timer
+/// (the executor parks on it), and each message from a plain thread starts a 20 ms timer,
+/// which must fire in about 20 ms, not when the 10 s one does. The bounds are loose on
+/// purpose (never early; well under 10 s): they tell a replaced timer from a kept stale one,
+/// they do not time anything.
+#[test]
+fn an_earlier_timer_set_while_a_later_one_is_armed_wakes_the_parked_executor_on_time() {
+    let (to_ex, from_thread) = flume::bounded::<u64>(1);
+    let (done_tx, done) = mpsc::channel();
+    let ex = executor(0, "park-test-timers", move || async move {
+        let long = glommio::spawn_local(glommio::timer::sleep(Duration::from_secs(10)));
+        let mut n = 0;
+        while from_thread.recv_async().await.is_ok() {
+            let start = Instant::now();
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            let took = start.elapsed();
+            assert!(took >= Duration::from_millis(20), "a 20 ms timer fired after {took:?}");
+            assert!(took < Duration::from_secs(5), "a 20 ms timer fired after {took:?}: the executor slept on the 10 s one armed before it");
+            n += 1;
+        }
+        drop(long);
+        let _ = done_tx.send(n);
+    });
+    for n in 0..5 {
+        // The executor has parked on the 10 s timer (or the previous short one) by now.
+        std::thread::sleep(Duration::from_millis(50));
+        to_ex.send(n).expect("the executor is listening");
+    }
+    drop(to_ex);
+    match done.recv_timeout(DEADLINE) {
+        Ok(n) => assert_eq!(n, 5, "short timers completed"),
+        Err(e) => panic!("short timers: no completion ({e})"),
+    }
+    ex.join().expect("executor ends");
+}
+
+/// The preempt timer, now kept across turns instead of re-armed on each, still preempts: a
+/// task that never yields sees `need_preempt` within the preempt period (100 ms by default;
+/// the bound is 10 s), after a run of short turns (where the timer is kept) and after a
+/// preemption (where it has fired and is armed anew).
+#[test]
+fn a_task_queue_that_runs_on_is_still_preempted() {
+    let (done_tx, done) = mpsc::channel();
+    let ex = executor(0, "park-test-preempt", move || async move {
+        let mut preemptions = 0;
+        for _ in 0..3 {
+            for _ in 0..1_000 {
+                futures_lite::future::yield_now().await;
+            }
+            let start = Instant::now();
+            while !glommio::executor().need_preempt() {
+                assert!(start.elapsed() < Duration::from_secs(10), "no preemption after {:?}: the preempt timer was lost", start.elapsed());
+                std::hint::spin_loop();
+            }
+            preemptions += 1;
+            glommio::yield_if_needed().await;
+        }
+        let _ = done_tx.send(preemptions);
+    });
+    match done.recv_timeout(DEADLINE) {
+        Ok(n) => assert_eq!(n, 3, "preemptions seen"),
+        Err(e) => panic!("preemption test: no completion ({e})"),
+    }
+    ex.join().expect("executor ends");
 }

@@ -1222,6 +1222,12 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
+    /// stompgate patch (vendor/README.md): when the armed latency timer is a preempt timer,
+    /// the instant it fires; `None` when it is a user timer armed for sleep, or none is armed.
+    latency_preemption_deadline: Cell<Option<Instant>>,
+    /// stompgate patch: the user timer armed for a sleep, and when it fires (see `wait`).
+    sleep_timeout_src: Cell<Option<Source>>,
+    sleep_deadline: Cell<Option<Instant>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1248,6 +1254,10 @@ pub(crate) fn common_flags() -> PollFlags {
 pub(crate) fn read_flags() -> PollFlags {
     PollFlags::POLLIN | PollFlags::POLLPRI
 }
+
+/// stompgate patch (vendor/README.md): how far from the expiry asked for a sleep timer armed
+/// before may fire and still be kept.
+const SLEEP_TIMER_SLACK: Duration = Duration::from_micros(100);
 
 macro_rules! consume_rings {
     (into $woke:expr; $( $ring:expr ),+ ) => {{
@@ -1353,6 +1363,9 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
+            latency_preemption_deadline: Cell::new(None),
+            sleep_timeout_src: Cell::new(None),
+            sleep_deadline: Cell::new(None),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1820,16 +1833,41 @@ impl Reactor {
         //
         // But if we will sleep, there might be a timer registered that needs
         // to be removed otherwise we'll wake up when it expires.
-        drop(self.latency_preemption_timeout_src.take());
+        //
+        // stompgate patch (vendor/README.md): unless the preempt timer armed earlier is still
+        // pending and, when a new one is asked for, fires between half a preempt period and a
+        // whole one from now; before a sleep it is kept too (at most an early wake-up, once).
+        // Upstream cancels it here and arms a new one on every call: with the sleep path's
+        // timer, three to five `io_uring_enter`s for each turn of the executor.
+        let preempt_now = preempt_timer();
+        let now = Instant::now();
+        let keep_latency_timer = Self::pending(&self.latency_preemption_timeout_src)
+            && match (preempt_now, self.latency_preemption_deadline.get()) {
+                (None, _) => true,
+                (Some(preempt), Some(deadline)) => {
+                    deadline >= now + preempt / 2 && deadline <= now + preempt
+                }
+                (Some(_), None) => false,
+            };
+        if !keep_latency_timer {
+            drop(self.latency_preemption_timeout_src.take());
+            self.latency_preemption_deadline.set(None);
+        }
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
         // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
-            main_ring.prepare_throughput_preemption_timer(
-                self.ring_depth() as u32,
-                self.eventfd_src.raw(),
-            ),
-        ));
+        //
+        // stompgate patch: only when the one armed before has fired. It fires after
+        // `ring_depth` completions counted from when it was armed, so an older one preempts
+        // at most a little sooner than a fresh one.
+        if !Self::pending(&self.throughput_preemption_timeout_src) {
+            self.throughput_preemption_timeout_src.replace(Some(
+                main_ring.prepare_throughput_preemption_timer(
+                    self.ring_depth() as u32,
+                    self.eventfd_src.raw(),
+                ),
+            ));
+        }
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1841,7 +1879,7 @@ impl Reactor {
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
         // If we generated any event so far, we can't sleep. Need to handle them.
-        let should_sleep = preempt_timer().is_none()
+        let should_sleep = preempt_now.is_none()
             && (woke == 0)
             && poll_ring.can_sleep()
             && main_ring.can_sleep()
@@ -1850,10 +1888,26 @@ impl Reactor {
         if should_sleep {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
+            //
+            // stompgate patch: in a slot of its own, and kept while it still fires within
+            // `SLEEP_TIMER_SLACK` of the expiry asked for (a timer's expiry does not move, so
+            // the same one is asked for sleep after sleep). One that fires sooner than asked
+            // wakes this executor early, once; one that fires while it runs preempts its task
+            // queue, once: both as harmless as upstream's periodic preempt timer.
             if let Some(dur) = user_timer {
-                self.latency_preemption_timeout_src
-                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
-                assert!(flush_rings!(lat_ring)? > 0);
+                let deadline = now + dur;
+                let keep = Self::pending(&self.sleep_timeout_src)
+                    && self.sleep_deadline.get().is_some_and(|armed| {
+                        armed + SLEEP_TIMER_SLACK >= deadline && armed <= deadline + SLEEP_TIMER_SLACK
+                    });
+                if !keep {
+                    drop(self.sleep_timeout_src.take());
+                    self.sleep_timeout_src
+                        .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                    self.sleep_deadline.set(Some(deadline));
+                    flush_cancellations!(into &mut 0; lat_ring);
+                    assert!(flush_rings!(lat_ring)? > 0);
+                }
             }
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
@@ -1881,8 +1935,12 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            self.latency_preemption_timeout_src
-                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+            if !keep_latency_timer {
+                self.latency_preemption_timeout_src
+                    .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+                self.latency_preemption_deadline
+                    .set(Some(Instant::now() + preempt));
+            }
             flush_rings!(lat_ring, main_ring)?;
         }
 
@@ -1894,6 +1952,14 @@ impl Reactor {
         // need_preempt() should be false at this point. As soon as the next event
         // in the preempt ring completes, though, then it will be true.
         Ok(should_sleep)
+    }
+
+    /// stompgate patch: whether the timer kept in `slot` is armed and has not fired yet.
+    fn pending(slot: &Cell<Option<Source>>) -> bool {
+        let src = slot.take();
+        let pending = src.as_ref().is_some_and(|s| !s.has_result());
+        slot.set(src);
+        pending
     }
 
     pub(crate) fn flush_syscall_thread(&self) -> usize {
