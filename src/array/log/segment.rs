@@ -166,6 +166,11 @@ pub fn scan_segment<'a>(bytes: &'a [u8], mut on_record: impl FnMut(u64, Record<'
             },
         }
     }
+    // No bytes after the last record is a clean end too (as an empty run of zeros), whether
+    // the records fill the file or the zeros past a torn record gave back its last bytes.
+    if scan.good_len == bytes.len() {
+        scan.zero_tail = true;
+    }
     scan
 }
 
