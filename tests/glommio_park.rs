@@ -49,9 +49,15 @@ where
 
 /// Waits for `done` and fails with what was seen if it does not come before the deadline.
 fn expect_done(done: &mpsc::Receiver<u64>, what: &str) {
+    expect_count(done, ROUND_TRIPS, what);
+}
+
+/// Waits for `done` to report `expected` and fails with what was seen if it does not come
+/// before the deadline.
+fn expect_count(done: &mpsc::Receiver<u64>, expected: u64, what: &str) {
     let start = Instant::now();
     match done.recv_timeout(DEADLINE) {
-        Ok(n) => assert_eq!(n, ROUND_TRIPS, "{what}: round trips completed"),
+        Ok(n) => assert_eq!(n, expected, "{what}: completed"),
         Err(e) => panic!("{what}: no completion after {:?} ({e}): a wake-up was missed and an executor sleeps with work queued", start.elapsed()),
     }
 }
@@ -173,30 +179,32 @@ fn an_executor_parks_without_registering_for_or_issuing_a_membarrier() {
 fn an_earlier_timer_set_while_a_later_one_is_armed_wakes_the_parked_executor_on_time() {
     let (to_ex, from_thread) = flume::bounded::<u64>(1);
     let (done_tx, done) = mpsc::channel();
-    let ex = executor(0, "park-test-timers", move || async move {
-        let long = glommio::spawn_local(glommio::timer::sleep(Duration::from_secs(10)));
-        let mut n = 0;
-        while from_thread.recv_async().await.is_ok() {
-            let start = Instant::now();
-            glommio::timer::sleep(Duration::from_millis(20)).await;
-            let took = start.elapsed();
-            assert!(took >= Duration::from_millis(20), "a 20 ms timer fired after {took:?}");
-            assert!(took < Duration::from_secs(5), "a 20 ms timer fired after {took:?}: the executor slept on the 10 s one armed before it");
-            n += 1;
-        }
-        drop(long);
-        let _ = done_tx.send(n);
-    });
+    // A preempt period longer than the 10 s timer: the executor's kept preempt timer (which
+    // would otherwise wake it within 100 ms anyway) cannot hide a stale sleep timer.
+    let builder = LocalExecutorBuilder::new(Placement::Fixed(0)).name("park-test-timers").preempt_timer(Duration::from_secs(30));
+    let ex = builder
+        .spawn(move || async move {
+            let long = glommio::spawn_local(glommio::timer::sleep(Duration::from_secs(10)));
+            let mut n = 0;
+            while from_thread.recv_async().await.is_ok() {
+                let start = Instant::now();
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+                let took = start.elapsed();
+                assert!(took >= Duration::from_millis(20), "a 20 ms timer fired after {took:?}");
+                assert!(took < Duration::from_secs(5), "a 20 ms timer fired after {took:?}: the executor slept on the 10 s one armed before it");
+                n += 1;
+            }
+            drop(long);
+            let _ = done_tx.send(n);
+        })
+        .expect("executor park-test-timers starts");
     for n in 0..5 {
         // The executor has parked on the 10 s timer (or the previous short one) by now.
         std::thread::sleep(Duration::from_millis(50));
         to_ex.send(n).expect("the executor is listening");
     }
     drop(to_ex);
-    match done.recv_timeout(DEADLINE) {
-        Ok(n) => assert_eq!(n, 5, "short timers completed"),
-        Err(e) => panic!("short timers: no completion ({e})"),
-    }
+    expect_count(&done, 5, "short timers");
     ex.join().expect("executor ends");
 }
 
@@ -223,9 +231,6 @@ fn a_task_queue_that_runs_on_is_still_preempted() {
         }
         let _ = done_tx.send(preemptions);
     });
-    match done.recv_timeout(DEADLINE) {
-        Ok(n) => assert_eq!(n, 3, "preemptions seen"),
-        Err(e) => panic!("preemption test: no completion ({e})"),
-    }
+    expect_count(&done, 3, "preemptions seen");
     ex.join().expect("executor ends");
 }

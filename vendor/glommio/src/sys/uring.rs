@@ -1222,8 +1222,8 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
-    /// stompgate patch (vendor/README.md): when the armed latency timer is a preempt timer,
-    /// the instant it fires; `None` when it is a user timer armed for sleep, or none is armed.
+    /// stompgate patch (vendor/README.md): the instant the armed preempt timer fires; `None`
+    /// when none is armed.
     latency_preemption_deadline: Cell<Option<Instant>>,
     /// stompgate patch: the user timer armed for a sleep, and when it fires (see `wait`).
     sleep_timeout_src: Cell<Option<Source>>,
