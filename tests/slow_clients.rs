@@ -21,7 +21,7 @@
 use crate::common::props::frame_bytes;
 use crate::common::remote_array;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,7 +41,7 @@ struct Gateway {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    crate::common::metrics::free_port().port()
 }
 
 /// The gateway binary: the one cargo built, or `STOMPGATE_BIN` (to compare builds, e.g. a

@@ -15,10 +15,47 @@ pub fn metrics_addr() -> SocketAddr {
     })
 }
 
-/// A loopback address nothing listens on (bound, then released).
+/// A loopback address for a listener a test is about to start: free when returned (bound,
+/// then released), never handed out twice by this process, and below the kernel's ephemeral
+/// range where one is left (`ip_local_port_range`). A port from `bind(:0)` comes from that
+/// range: the kernel may give it again to another test's `bind(:0)` before the first gateway
+/// has bound it (then one test's readiness probe or client lands on the other test's
+/// listener, e.g. a stray failed TLS handshake in a test that counts them), or to a client as
+/// its source port.
 pub fn free_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOWEST: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let below = ephemeral_range_start();
+    if below <= LOWEST + 1_000 {
+        // No room below the range: the kernel's choice, never twice from this process.
+        static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+        loop {
+            let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+            let mut given = GIVEN.lock().unwrap();
+            if !given.contains(&addr.port()) {
+                given.push(addr.port());
+                return addr;
+            }
+        }
+    }
+    let span = below - LOWEST;
+    // Each test binary starts at its own place (they run one after another, and a gateway
+    // of the previous one may still be closing).
+    let _ = NEXT.compare_exchange(0, 1 + std::process::id() % span, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..span {
+        let port = LOWEST + NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        // Free now (nothing bound, nothing lingering in TIME_WAIT): bound without SO_REUSEADDR.
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port as u16)) {
+            return l.local_addr().unwrap();
+        }
+    }
+    panic!("no free loopback port in {LOWEST}..{below}");
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_range_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(32_768).min(65_536)
 }
 
 /// A loopback port that stays unreachable while this lives: a socket is bound to it without
