@@ -18,7 +18,7 @@
 use super::events::{Events, Interest};
 use super::persist::{Journal, LogEpoch};
 use super::Outbox;
-use crate::mesh::msg::{CoreMsg, StartAt, SubRef};
+use crate::mesh::msg::{CoreMsg, StartAt, SubList, SubRef};
 use crate::model::{Channel, Message, Pattern};
 use ahash::AHashMap;
 use std::collections::VecDeque;
@@ -374,7 +374,10 @@ impl Store {
         let _ = now_ns;
         for seq in from..=last {
             if let Some(m) = ch.log.get(seq) {
-                out.push((interest.sub.core, CoreMsg::Deliver { pattern: Pattern::EventsStore, msg: Arc::clone(m), subs: vec![interest.sub], done: None }));
+                out.push((
+                    interest.sub.core,
+                    CoreMsg::Deliver { pattern: Pattern::EventsStore, msg: Arc::clone(m), subs: SubList::One(interest.sub), done: None },
+                ));
             }
         }
         ch.live.subscribe(channel, false, interest);

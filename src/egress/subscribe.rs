@@ -11,7 +11,7 @@
 use super::backoff::Backoff;
 use super::Worker;
 use crate::mesh::confirm::Confirmation;
-use crate::mesh::msg::{CoreMsg, StartAt, SubRef, Ticket};
+use crate::mesh::msg::{CoreMsg, StartAt, SubList, SubRef, Ticket};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::telemetry::Counted;
 use crate::wire::convert::{bytes_of, channel_of, tags_from_entries};
@@ -278,12 +278,12 @@ fn deliver(w: &Worker, key: &Key, members: &Members, msg: Arc<Message>, paced: b
                 let msg = Arc::clone(&msg);
                 w.confirmer.send(back, core, |t| {
                     back.send(core, CoreMsg::Done { ticket: t, more: 1 });
-                    CoreMsg::Deliver { pattern, msg, subs: vec![sub], done: Some(t) }
+                    CoreMsg::Deliver { pattern, msg, subs: SubList::One(sub), done: Some(t) }
                 })
             })
             .collect();
         return Some(Paced(confirmations));
     }
-    w.back.send(w.core, CoreMsg::Deliver { pattern, msg, subs: chosen, done: None });
+    w.back.send(w.core, CoreMsg::Deliver { pattern, msg, subs: SubList::Owned(chosen), done: None });
     None
 }

@@ -257,7 +257,7 @@ impl Core {
             }
             CoreMsg::Deliver { pattern, msg, subs, done } => {
                 let mut parked = 0;
-                for sub in subs {
+                for &sub in subs.as_slice() {
                     if let Some(endpoint) = self.endpoint(sub.conn) {
                         if endpoint.deliver_event(self, pattern, &msg, sub.sub, done) == Delivery::Parked {
                             parked += 1;

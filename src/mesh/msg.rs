@@ -61,6 +61,29 @@ pub struct SubRef {
     pub sub: SubNo,
 }
 
+/// The subscriptions one `Deliver` is for, all on the receiving core.
+#[derive(Clone, Debug)]
+pub enum SubList {
+    /// One subscription (an Events-Store replay, a paced delivery): nothing allocated.
+    One(SubRef),
+    /// A list built for this message alone (consumer-group picks, the remote array's egress).
+    Owned(Vec<SubRef>),
+    /// A channel's list for that core, shared by every message published to the channel while
+    /// its subscriptions do not change (`array::events`, "Plans"): one reference count per
+    /// message instead of an allocation on the publishing core and a free on the receiving one.
+    Shared(Arc<[SubRef]>),
+}
+
+impl SubList {
+    pub fn as_slice(&self) -> &[SubRef] {
+        match self {
+            SubList::One(sub) => std::slice::from_ref(sub),
+            SubList::Owned(subs) => subs,
+            SubList::Shared(subs) => subs,
+        }
+    }
+}
+
 /// Where Events-Store delivery starts (`x-kubemq-start`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StartAt {
@@ -487,7 +510,7 @@ pub enum CoreMsg {
     Deliver {
         pattern: Pattern,
         msg: Arc<Message>,
-        subs: Vec<SubRef>,
+        subs: SubList,
         done: Option<Ticket>,
     },
     /// One queue delivery, tagged by the owner for ACK/NACK. `receive_count`: deliveries of
