@@ -61,8 +61,9 @@ fn is_machinery(name: &[u8]) -> bool {
 /// Names and values are clones of the header `Bytes` (no copy); only the five `stomp.*` names
 /// are new, and those are static.
 pub fn headers_to_tags(headers: &Headers) -> Result<Tags, TagError> {
-    // Upper bound on what can survive; no allocation at all for a header-less SEND.
-    let mut tags: Vec<(Bytes, Bytes)> = Vec::with_capacity(headers.len().min(MAX_CUSTOM_TAGS + STANDARD.len()));
+    // Allocated at the first tag (for what can survive at most): a SEND whose headers are all
+    // machinery (destination, content-length, receipt, …), most of them, allocates nothing.
+    let mut tags: Vec<(Bytes, Bytes)> = Vec::new();
     let mut custom = 0usize;
     for (name, value) in headers.iter() {
         let name_ref: &[u8] = name;
@@ -86,6 +87,9 @@ pub fn headers_to_tags(headers: &Headers) -> Result<Tags, TagError> {
             if custom > MAX_CUSTOM_TAGS {
                 return Err(TagError::TooLarge);
             }
+        }
+        if tags.capacity() == 0 {
+            tags.reserve_exact(headers.len().min(MAX_CUSTOM_TAGS + STANDARD.len()));
         }
         tags.push((key, value.clone()));
     }
@@ -174,6 +178,15 @@ mod tests {
             out.push((String::from_utf8(n.to_vec()).unwrap(), String::from_utf8(v.to_vec()).unwrap()))
         });
         out
+    }
+
+    #[test]
+    fn a_send_with_only_machinery_headers_allocates_no_tags() {
+        let t = headers_to_tags(&headers(&[("destination", "/topic/a"), ("content-length", "3"), ("receipt", "r1")])).unwrap();
+        assert!(t.is_empty());
+        assert_eq!(t.0.capacity(), 0);
+        let t = headers_to_tags(&headers(&[("destination", "/topic/a"), ("x", "1"), ("y", "2")])).unwrap();
+        assert_eq!(t.len(), 2);
     }
 
     // Seed 000 "The five standard headers ↔ reserved stomp.* tags", ingress direction.
