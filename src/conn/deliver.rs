@@ -11,7 +11,7 @@ use crate::mesh::msg::{CoreId, RpcOutcome, SubNo, Ticket};
 use crate::model::{Message, Pattern};
 use crate::route::{write_egress_destination, write_egress_tag_headers};
 use crate::session::{message_id, ParkedEvent, Subscription};
-use crate::stomp::server::{write_message, MessageHead};
+use crate::stomp::server::{write_message, write_message_encoded, EncodedHead, MessageHead, PerMessage};
 use crate::stomp::Version;
 use bytes::{Bytes, BytesMut};
 use std::cell::RefCell;
@@ -70,26 +70,39 @@ pub fn event(conn: &Conn, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>,
     Delivery::Queued
 }
 
+/// `sub`'s encoded MESSAGE head for messages of (`pattern`, `channel`): the one it holds when
+/// its last message came from there too (always, for a subscription without wildcards),
+/// else encoded now in its place.
+fn encoded_head<'s>(sub: &'s mut Subscription, version: Version, pattern: Pattern, channel: &[u8]) -> &'s EncodedHead {
+    let cache = sub.head.get_or_insert_with(Box::default);
+    if cache.pattern != Some(pattern) || cache.channel != channel {
+        with_destination(pattern, channel, |destination| cache.encoded.encode(version, destination, &sub.id));
+        cache.pattern = Some(pattern);
+        cache.channel.clear();
+        cache.channel.extend_from_slice(channel);
+    }
+    &cache.encoded
+}
+
 /// Encodes one events MESSAGE into the write queue.
 fn write_event(core: &Core, wq: &mut WriteQueue, version: Version, sub: &mut Subscription, n: SubNo, pattern: Pattern, msg: &Message) {
     let ack = (version == Version::V1_2 && sub.needs_ack()).then_some(&msg.id[..]);
-    let dropped = with_destination(pattern, msg.channel.as_bytes(), |destination| {
-        let head = MessageHead { destination, message_id: &msg.id, subscription: &sub.id, ack, redelivered: false, correlation_id: None };
-        write_message(
-            &mut wq.buf,
-            version,
-            &head,
-            |w| {
-                write_egress_tag_headers(&msg.tags, &msg.metadata, w);
-                if pattern == Pattern::EventsStore {
-                    let mut d = itoa::Buffer::new();
-                    w.header(b"x-kubemq-sequence", d.format(msg.sequence).as_bytes());
-                    w.header(b"x-kubemq-timestamp", d.format(msg.timestamp_ns).as_bytes());
-                }
-            },
-            &msg.body,
-        )
-    });
+    let head = encoded_head(sub, version, pattern, msg.channel.as_bytes());
+    let dropped = write_message_encoded(
+        &mut wq.buf,
+        version,
+        head,
+        &PerMessage { message_id: &msg.id, ack, redelivered: false },
+        |w| {
+            write_egress_tag_headers(&msg.tags, &msg.metadata, w);
+            if pattern == Pattern::EventsStore {
+                let mut d = itoa::Buffer::new();
+                w.header(b"x-kubemq-sequence", d.format(msg.sequence).as_bytes());
+                w.header(b"x-kubemq-timestamp", d.format(msg.timestamp_ns).as_bytes());
+            }
+        },
+        &msg.body,
+    );
     count_dropped_headers(core, dropped);
     sub.queued += 1;
     wq.sent.push(Sent::Event(n));
@@ -148,10 +161,15 @@ pub fn queue(conn: &Conn, core: &Core, msg: &Arc<Message>, n: SubNo, owner: Core
     let id = message_id::write_queue(&mut id, owner, tag);
     let ack = (version == Version::V1_2 && sub.needs_ack()).then_some(id);
     let mut wq = conn.wq.borrow_mut();
-    let dropped = with_destination(Pattern::Queues, msg.channel.as_bytes(), |destination| {
-        let head = MessageHead { destination, message_id: id, subscription: &sub.id, ack, redelivered, correlation_id: None };
-        write_message(&mut wq.buf, version, &head, |w| write_egress_tag_headers(&msg.tags, &msg.metadata, w), &msg.body)
-    });
+    let head = encoded_head(sub, version, Pattern::Queues, msg.channel.as_bytes());
+    let dropped = write_message_encoded(
+        &mut wq.buf,
+        version,
+        head,
+        &PerMessage { message_id: id, ack, redelivered },
+        |w| write_egress_tag_headers(&msg.tags, &msg.metadata, w),
+        &msg.body,
+    );
     super::Counters::add(&conn.counters().frames_out, 1);
     count_dropped_headers(core, dropped);
     if sub.needs_ack() {

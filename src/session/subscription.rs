@@ -4,6 +4,7 @@
 use crate::delivery::{Next, Parking};
 use crate::mesh::msg::{CoreId, SubNo, Ticket};
 use crate::model::{Channel, Message, Pattern};
+use crate::stomp::server::EncodedHead;
 use ahash::AHashMap;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -53,11 +54,25 @@ pub struct Subscription {
     pub unacked: VecDeque<(CoreId, u64)>,
     /// Events deliveries waiting behind a full buffer.
     pub parked: Parking<ParkedEvent>,
+    /// The MESSAGE head encoded for the last destination delivered from (None until then).
+    pub head: Option<Box<HeadCache>>,
+}
+
+/// The encoded `destination` and `subscription` lines of a subscription's MESSAGEs and the
+/// (pattern, channel) they were encoded for (`conn::deliver` re-encodes them, in place, when a
+/// message comes from another). A connection's version never changes once it is connected,
+/// so it is not part of the key.
+#[derive(Debug, Default)]
+pub struct HeadCache {
+    pub pattern: Option<Pattern>,
+    /// A copy, not a slice of a publisher's read buffer (which it would keep alive).
+    pub channel: Vec<u8>,
+    pub encoded: EncodedHead,
 }
 
 impl Subscription {
     pub fn new(id: Bytes, pattern: Pattern, channel: Channel, wildcard: bool, ack: AckMode) -> Self {
-        Subscription { id, pattern, channel, wildcard, ack, queued: 0, unacked: VecDeque::new(), parked: Parking::default() }
+        Subscription { id, pattern, channel, wildcard, ack, queued: 0, unacked: VecDeque::new(), parked: Parking::default(), head: None }
     }
 
     /// Whether MESSAGE frames of this subscription carry an `ack` header (1.2, not auto).

@@ -34,6 +34,28 @@ impl<'a> FrameWriter<'a> {
         FrameWriter { buf, version, escape: command.escapes_headers(), dropped: 0 }
     }
 
+    /// Continues a frame whose command line and first headers were copied into `buf` already
+    /// (pre-encoded by a writer of the same version and command), counting the `dropped`
+    /// headers that encoding left out.
+    pub fn resume(buf: &'a mut BytesMut, version: Version, command: Command, dropped: u32) -> Self {
+        FrameWriter { buf, version, escape: command.escapes_headers(), dropped }
+    }
+
+    /// Appends header lines encoded earlier by a writer of the same version and command.
+    pub fn encoded(&mut self, lines: &[u8]) {
+        self.buf.extend_from_slice(lines);
+    }
+
+    /// The length of the buffer written into (the frame so far, for a buffer it started).
+    pub fn buffer_len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Headers dropped so far as unrepresentable for the version.
+    pub fn dropped(&self) -> u32 {
+        self.dropped
+    }
+
     /// Appends one header, escaped for the version; drops it (and counts the drop) if the
     /// version cannot represent it. The caller never writes `content-length`: one passed here
     /// is ignored (not written, not counted), because `finish` stamps the true length.
