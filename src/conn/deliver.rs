@@ -1,6 +1,7 @@
 //! Deliveries into a connection's write queue: Events / Events-Store messages under the
 //! slow-subscriber policy ([`crate::delivery`]), queue messages, RPC replies. Every MESSAGE is
-//! built by the one builder, `stomp::server::write_message`.
+//! built by `stomp::server`: events and queue deliveries with their subscription's
+//! pre-encoded head (`write_message_encoded`), RPC replies in one pass (`write_message`).
 use super::write::{Sent, Stamp, WriteQueue};
 use super::Conn;
 use crate::delivery::park_limit;

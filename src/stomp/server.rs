@@ -1,5 +1,6 @@
-//! Every frame the server sends, built in one place: CONNECTED, RECEIPT, ERROR, and one
-//! MESSAGE builder for events, queue and RPC-reply deliveries alike. Each appends to the
+//! Every frame the server sends, built in one place: CONNECTED, RECEIPT, ERROR, and MESSAGE
+//! for events, queue and RPC-reply deliveries alike (in one pass, or with a subscription's
+//! head encoded once: [`EncodedHead`], the same bytes). Each appends to the
 //! connection's write buffer and returns how many headers the negotiated version could not
 //! represent (dropped, and counted by the caller: seed 000).
 use super::encode::FrameWriter;
