@@ -43,6 +43,15 @@ struct Plan {
     per_core: Vec<(CoreId, Arc<[SubRef]>)>,
 }
 
+impl Plan {
+    /// One `Deliver` of `msg` per core, each sharing that core's list.
+    fn deliver(&self, pattern: Pattern, msg: &Arc<Message>, out: &mut Outbox) {
+        for (core, subs) in &self.per_core {
+            out.push((*core, CoreMsg::Deliver { pattern, msg: Arc::clone(msg), subs: SubList::Shared(Arc::clone(subs)), done: None }));
+        }
+    }
+}
+
 /// Subscriptions a core knows about: exact ones for the channels it owns, and every wildcard
 /// filter in the process.
 #[derive(Default)]
@@ -102,11 +111,26 @@ impl Events {
     pub fn publish(&mut self, pattern: Pattern, msg: &Arc<Message>, cores: usize, out: &mut Outbox) {
         let channel = &msg.channel;
         if let Some(plan) = self.exact.get(channel).and_then(|e| e.plan.as_ref()).filter(|p| p.generation == self.generation) {
-            for (core, subs) in &plan.per_core {
-                out.push((*core, CoreMsg::Deliver { pattern, msg: Arc::clone(msg), subs: SubList::Shared(Arc::clone(subs)), done: None }));
-            }
-            return;
+            return plan.deliver(pattern, msg, out);
         }
+        let (per_core, grouped) = self.lists_for(channel, cores);
+        let per_core = per_core.into_iter().enumerate().filter(|(_, subs)| !subs.is_empty()).map(|(core, subs)| (CoreId(core), subs));
+        match self.exact.get_mut(channel) {
+            Some(e) if !grouped => {
+                let plan = Plan { generation: self.generation, per_core: per_core.map(|(core, subs)| (core, Arc::from(subs))).collect() };
+                e.plan.insert(plan).deliver(pattern, msg, out);
+            }
+            _ => {
+                for (core, subs) in per_core {
+                    out.push((core, CoreMsg::Deliver { pattern, msg: Arc::clone(msg), subs: SubList::Owned(subs), done: None }));
+                }
+            }
+        }
+    }
+
+    /// Who gets a message of `channel` now, per core index (one group member picked, its turn
+    /// taken), and whether a group was among the interests.
+    fn lists_for(&mut self, channel: &Channel, cores: usize) -> (Vec<Vec<SubRef>>, bool) {
         let mut per_core: Vec<Vec<SubRef>> = Vec::new();
         self.scratch_groups.clear();
         let exact = self.exact.get(channel).map(|e| e.interests.as_slice()).unwrap_or(&[]);
@@ -127,21 +151,7 @@ impl Events {
             *turn = turn.wrapping_add(1);
             push_for_core(&mut per_core, cores, pick);
         }
-        let per_core = per_core.into_iter().enumerate().filter(|(_, subs)| !subs.is_empty()).map(|(core, subs)| (CoreId(core), subs));
-        match self.exact.get_mut(channel) {
-            Some(e) if !grouped => {
-                let plan = Plan { generation: self.generation, per_core: per_core.map(|(core, subs)| (core, Arc::from(subs))).collect() };
-                for (core, subs) in &plan.per_core {
-                    out.push((*core, CoreMsg::Deliver { pattern, msg: Arc::clone(msg), subs: SubList::Shared(Arc::clone(subs)), done: None }));
-                }
-                e.plan = Some(plan);
-            }
-            _ => {
-                for (core, subs) in per_core {
-                    out.push((core, CoreMsg::Deliver { pattern, msg: Arc::clone(msg), subs: SubList::Owned(subs), done: None }));
-                }
-            }
-        }
+        (per_core, grouped)
     }
 }
 
@@ -175,13 +185,14 @@ mod tests {
             sequence: 0,
         })
     }
+    fn delivers(out: &Outbox) -> impl Iterator<Item = (usize, &SubList)> {
+        out.iter().map(|(c, m)| match m {
+            CoreMsg::Deliver { subs, .. } => (c.index(), subs),
+            other => panic!("unexpected message {}", other.name()),
+        })
+    }
     fn delivered(out: &Outbox) -> Vec<(usize, Vec<SubRef>)> {
-        out.iter()
-            .map(|(c, m)| match m {
-                CoreMsg::Deliver { subs, .. } => (c.index(), subs.as_slice().to_vec()),
-                _ => panic!("unexpected message"),
-            })
-            .collect()
+        delivers(out).map(|(c, subs)| (c, subs.as_slice().to_vec())).collect()
     }
 
     #[test]
@@ -244,10 +255,10 @@ mod tests {
     }
 
     fn shared(out: &Outbox) -> Vec<Arc<[SubRef]>> {
-        out.iter()
-            .map(|(_, m)| match m {
-                CoreMsg::Deliver { subs: SubList::Shared(subs), .. } => Arc::clone(subs),
-                other => panic!("expected a shared list, got a {}", other.name()),
+        delivers(out)
+            .map(|(_, subs)| match subs {
+                SubList::Shared(subs) => Arc::clone(subs),
+                other => panic!("expected a shared list, got {other:?}"),
             })
             .collect()
     }
