@@ -33,13 +33,21 @@ const HEADERS: &[(&[u8], &[u8])] = &[
     (b"correlation-id", b"c-42"),
 ];
 
-/// The wire bytes of `FRAMES` frames; `with_length` = false strips `content-length` so the
-/// decoder must find the NUL itself.
+/// A SEND as a client sends it to the gateway: the header lookups a session makes on it are
+/// what `decode/1.2-256B-send` measures with the decoding.
+const SEND_HEADERS: &[(&[u8], &[u8])] = &[(b"destination", b"/queue/orders.eu"), (b"receipt", b"s-1234"), (b"content-type", b"application/json")];
+
+/// The wire bytes of `FRAMES` MESSAGE frames; `with_length` = false strips `content-length`
+/// so the decoder must find the NUL itself.
 fn wire(version: Version, body_len: usize, with_length: bool) -> Vec<u8> {
+    wire_of(Command::Message, HEADERS, version, body_len, with_length)
+}
+
+fn wire_of(command: Command, headers: &[(&[u8], &[u8])], version: Version, body_len: usize, with_length: bool) -> Vec<u8> {
     let body = vec![b'x'; body_len];
     let mut buf = BytesMut::new();
     for _ in 0..FRAMES {
-        encode_frame(&mut buf, version, Command::Message, HEADERS, &body);
+        encode_frame(&mut buf, version, command, headers, &body);
     }
     let out = buf.to_vec();
     if with_length {
@@ -84,6 +92,33 @@ fn decode(c: &mut Criterion) {
         g.bench_function("1500B-reads", |b| b.iter(|| decode_all(version, black_box(&input), SMALL_READ)));
         g.finish();
     }
+    // What a session does with a SEND besides decoding it: the lookups of `on_send` (two of
+    // them for headers the frame does not have).
+    let input = wire_of(Command::Send, SEND_HEADERS, Version::V1_2, 256, true);
+    assert_eq!(decode_all(Version::V1_2, &input, SMALL_READ), FRAMES);
+    let mut g = c.benchmark_group("decode/1.2-256B-send");
+    g.throughput(Throughput::Bytes(input.len() as u64));
+    g.bench_function("baseline-memchr", |b| b.iter(|| memchr::memchr_iter(0, black_box(&input)).count()));
+    g.bench_function("one-read", |b| b.iter(|| decode_all(Version::V1_2, black_box(&input), input.len())));
+    g.bench_function("one-read+lookups", |b| b.iter(|| decode_and_look_up(black_box(&input))));
+    g.finish();
+}
+
+/// Decodes `input` in one read and, per frame, looks up what `Session::on_send` does; returns
+/// the total length of the values found (so the lookups cannot be optimized away).
+fn decode_and_look_up(input: &[u8]) -> usize {
+    let mut d = Decoder::new(Limits::default());
+    d.set_version(Version::V1_2);
+    let mut buf = BytesMut::from(input);
+    let mut found = 0;
+    while let Some(item) = d.decode(&mut buf).expect("valid frames") {
+        if let Decoded::Frame(f) = item {
+            for name in [&b"destination"[..], b"transaction", b"receipt", b"x-kubemq-cache-key"] {
+                found += f.headers.get(name).map_or(0, |v| v.len());
+            }
+        }
+    }
+    found
 }
 
 fn encode(c: &mut Criterion) {

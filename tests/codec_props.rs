@@ -128,7 +128,7 @@ proptest! {
         expected.push((Bytes::from_static(b"content-length"), Bytes::from(body.len().to_string())));
         let expected = vec![Ok(Decoded::Frame(Frame {
             command,
-            headers: Headers(expected),
+            headers: Headers::from_pairs(expected),
             body: Bytes::from(body.clone()),
         }))];
 
@@ -186,7 +186,7 @@ fn helper_decodes_a_plain_frame() {
         vec![
             Ok(Decoded::Frame(Frame {
                 command: Command::Send,
-                headers: Headers(vec![(Bytes::from_static(b"k"), Bytes::from_static(b"v"))]),
+                headers: Headers::from_pairs([(Bytes::from_static(b"k"), Bytes::from_static(b"v"))]),
                 body: Bytes::from_static(b"x"),
             })),
             Ok(Decoded::HeartBeat),

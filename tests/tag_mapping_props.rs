@@ -75,7 +75,7 @@ fn model(headers: &[(String, String)]) -> Result<(Pairs, Pairs), TagError> {
 }
 
 fn to_headers(pairs: &[(String, String)]) -> Headers {
-    Headers(pairs.iter().map(|(n, v)| (Bytes::from(n.clone()), Bytes::from(v.clone()))).collect())
+    Headers::from_pairs(pairs.iter().map(|(n, v)| (Bytes::from(n.clone()), Bytes::from(v.clone()))))
 }
 
 /// Writes a 1.2 MESSAGE carrying the tags' headers, decodes it, and returns its headers

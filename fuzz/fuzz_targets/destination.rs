@@ -25,16 +25,10 @@ fn destination(raw: &[u8], default: DefaultPattern, intent: Intent) {
 }
 
 fn headers(lines: &[u8]) {
-    let headers = Headers(
-        lines
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| match l.iter().position(|&b| b == b':') {
-                Some(i) => (Bytes::copy_from_slice(&l[..i]), Bytes::copy_from_slice(&l[i + 1..])),
-                None => (Bytes::copy_from_slice(l), Bytes::new()),
-            })
-            .collect(),
-    );
+    let headers = Headers::from_pairs(lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| match l.iter().position(|&b| b == b':') {
+        Some(i) => (Bytes::copy_from_slice(&l[..i]), Bytes::copy_from_slice(&l[i + 1..])),
+        None => (Bytes::copy_from_slice(l), Bytes::new()),
+    }));
     let Ok(tags) = headers_to_tags(&headers) else { return };
     let mut buf = BytesMut::new();
     let mut w = FrameWriter::begin(&mut buf, Version::V1_2, Command::Message);

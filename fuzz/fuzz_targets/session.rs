@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
             Ok(None) | Err(_) => break,
         };
         let mut out = Vec::new();
-        let go = session.handle(frame, &host, &mut out);
+        let go = session.handle(&frame, &host, &mut out);
         for a in &out {
             if let Action::Connected { version, .. } = a {
                 decoder.set_version(*version);

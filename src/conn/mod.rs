@@ -195,7 +195,7 @@ impl Conn {
 
     /// Hands one frame to the session and carries out what it asks. Returns false when the
     /// connection must stop reading.
-    fn on_frame(&self, core: &Rc<Core>, frame: crate::stomp::Frame, decoder: &mut crate::stomp::Decoder) -> bool {
+    fn on_frame(&self, core: &Rc<Core>, frame: &crate::stomp::Frame, decoder: &mut crate::stomp::Decoder) -> bool {
         let mut actions = self.take_actions();
         let connecting = admission::opens_session(frame.command) && self.session.borrow().state() == crate::session::State::AwaitingConnect;
         if connecting {

@@ -99,7 +99,9 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
         }
         conn.last_read.set(Instant::now());
         loop {
-            match decoder.decode(&mut rbuf) {
+            // Matched by reference: the frame is handled where `decode` built it, not moved.
+            let decoded = decoder.decode(&mut rbuf);
+            match &decoded {
                 Ok(None) => break,
                 Ok(Some(Decoded::HeartBeat)) => {}
                 Ok(Some(Decoded::Frame(frame))) => {
@@ -120,7 +122,7 @@ pub async fn read_loop(core: &Rc<Core>, conn: &Rc<Conn>, rd: &mut super::stream:
                     }
                 }
                 Err(e) => {
-                    conn.fail(core, decoder.wire_error(e), decoder.error_receipt().cloned());
+                    conn.fail(core, decoder.wire_error(*e), decoder.error_receipt().cloned());
                     break 'read;
                 }
             }

@@ -58,27 +58,25 @@ fn is_machinery(name: &[u8]) -> bool {
 /// be delivered back as a header). A repeated header name is ignored entirely after its first
 /// occurrence: it is neither a tag nor counted against the limits.
 ///
-/// Names and values are clones of the header `Bytes` (no copy); only the five `stomp.*` names
-/// are new, and those are static.
+/// Names and values share the frame's buffer (no copy); only the five `stomp.*` names are new,
+/// and those are static.
 pub fn headers_to_tags(headers: &Headers) -> Result<Tags, TagError> {
     // Allocated at the first tag (for what can survive at most): a SEND whose headers are all
     // machinery (destination, content-length, receipt, …), most of them, allocates nothing.
     let mut tags: Vec<(Bytes, Bytes)> = Vec::new();
     let mut custom = 0usize;
-    for (name, value) in headers.iter() {
-        let name_ref: &[u8] = name;
-        if name_ref.is_empty() || is_machinery(name_ref) || name_ref.starts_with(RESERVED_TAG_PREFIX) || name_ref.starts_with(GATEWAY_HEADER_PREFIX) {
+    for (i, (name, value)) in headers.iter().enumerate() {
+        if name.is_empty() || is_machinery(name) || name.starts_with(RESERVED_TAG_PREFIX) || name.starts_with(GATEWAY_HEADER_PREFIX) {
             continue;
         }
-        let (key, is_custom) = match standard_tag_for(name_ref) {
-            Some(tag) => (Bytes::from_static(tag), false),
-            None => (name.clone(), true),
-        };
+        let standard = standard_tag_for(name);
         // First wins. Custom names can never equal a `stomp.*` key (those were stripped above),
         // so comparing keys is the same as comparing header names.
-        if tags.iter().any(|(k, _)| *k == key) {
+        let key_ref = standard.unwrap_or(name);
+        if tags.iter().any(|(k, _)| k == key_ref) {
             continue;
         }
+        let is_custom = standard.is_none();
         if value.len() > MAX_TAG_VALUE_LEN {
             return Err(TagError::TooLarge);
         }
@@ -91,7 +89,8 @@ pub fn headers_to_tags(headers: &Headers) -> Result<Tags, TagError> {
         if tags.capacity() == 0 {
             tags.reserve_exact(headers.len().min(MAX_CUSTOM_TAGS + STANDARD.len()));
         }
-        tags.push((key, value.clone()));
+        let key = standard.map_or_else(|| headers.name_bytes(i), Bytes::from_static);
+        tags.push((key, headers.value_bytes(i)));
     }
     Ok(Tags(tags))
 }
@@ -158,7 +157,7 @@ mod tests {
         Bytes::copy_from_slice(s.as_bytes())
     }
     fn headers(pairs: &[(&str, &str)]) -> Headers {
-        Headers(pairs.iter().map(|(n, v)| (b(n), b(v))).collect())
+        Headers::from_pairs(pairs.iter().map(|(n, v)| (b(n), b(v))))
     }
     fn tags(pairs: &[(&str, &str)]) -> Tags {
         Tags(pairs.iter().map(|(n, v)| (b(n), b(v))).collect())
@@ -357,9 +356,10 @@ mod tests {
     fn ingress_is_zero_copy() {
         let h = headers(&[("x-trace", "abc"), ("content-type", "t")]);
         let t = headers_to_tags(&h).unwrap();
-        assert_eq!(t.0[0].0.as_ptr(), h.0[0].0.as_ptr());
-        assert_eq!(t.0[0].1.as_ptr(), h.0[0].1.as_ptr());
-        assert_eq!(t.0[1].1.as_ptr(), h.0[1].1.as_ptr());
+        let h: Vec<(&[u8], &[u8])> = h.iter().collect();
+        assert_eq!(t.0[0].0.as_ptr(), h[0].0.as_ptr());
+        assert_eq!(t.0[0].1.as_ptr(), h[0].1.as_ptr());
+        assert_eq!(t.0[1].1.as_ptr(), h[1].1.as_ptr());
     }
 
     #[test]

@@ -59,7 +59,7 @@ fn token(alg: jsonwebtoken::Algorithm, key: &[u8], claims: serde_json::Value) ->
 fn frame(command: Command, headers: &[(&str, &str)]) -> Frame {
     Frame {
         command,
-        headers: crate::stomp::Headers(headers.iter().map(|(n, v)| (Bytes::copy_from_slice(n.as_bytes()), Bytes::copy_from_slice(v.as_bytes()))).collect()),
+        headers: crate::stomp::Headers::from_pairs(headers.iter().map(|(n, v)| (Bytes::copy_from_slice(n.as_bytes()), Bytes::copy_from_slice(v.as_bytes())))),
         body: Bytes::new(),
     }
 }
@@ -71,7 +71,7 @@ fn connect(h: &AuthHost, login: &str, passcode: Option<&str>) -> (Session, bool,
         headers.push(("passcode", p));
     }
     let mut out = Vec::new();
-    let go = s.handle(frame(Command::Connect, &headers), h, &mut out);
+    let go = s.handle(&frame(Command::Connect, &headers), h, &mut out);
     (s, go, out)
 }
 
@@ -138,7 +138,7 @@ fn client_id_precedence_jwt_then_transport_then_login() {
             headers.push(("passcode", p));
         }
         let mut out = Vec::new();
-        assert!(s.handle(frame(Command::Connect, &headers), h, &mut out), "{out:?}");
+        assert!(s.handle(&frame(Command::Connect, &headers), h, &mut out), "{out:?}");
         String::from_utf8(s.client_id().to_vec()).unwrap()
     };
     assert_eq!(run(&on, Some("cert-cn"), "login", Some(&tok)), "from-jwt");
@@ -181,14 +181,14 @@ fn every_authz_decision_for_send_and_subscribe() {
         let mut out = Vec::new();
         if dest.starts_with("/command/") || dest.starts_with("/query/") {
             // An RPC request needs its /reply/ subscription (always allowed) first.
-            assert!(s.handle(frame(Command::Subscribe, &[("destination", "/reply/r"), ("id", "r")]), &h, &mut out));
+            assert!(s.handle(&frame(Command::Subscribe, &[("destination", "/reply/r"), ("id", "r")]), &h, &mut out));
             out.clear();
         }
         let f = match command {
             Command::Send => frame(command, &[("destination", dest), ("reply-to", "/reply/r")]),
             _ => frame(command, &[("destination", dest), ("id", "s1")]),
         };
-        let go = s.handle(f, &h, &mut out);
+        let go = s.handle(&f, &h, &mut out);
         if allowed {
             assert!(go && !is_access_denied(&out), "{command:?} {dest}: {out:?}");
         } else {
@@ -203,13 +203,13 @@ fn decisions_are_cached_until_the_rules_change() {
     let (mut s, _, _) = connect(&h, "alice", None);
     let mut out = Vec::new();
     for _ in 0..100 {
-        assert!(s.handle(frame(Command::Send, &[("destination", "/queue/orders.eu")]), &h, &mut out));
+        assert!(s.handle(&frame(Command::Send, &[("destination", "/queue/orders.eu")]), &h, &mut out));
     }
     assert_eq!(h.asked.get(), 1, "one regex pass for 100 SENDs to one channel");
-    assert!(s.handle(frame(Command::Subscribe, &[("destination", "/queue/orders.eu"), ("id", "a")]), &h, &mut out));
+    assert!(s.handle(&frame(Command::Subscribe, &[("destination", "/queue/orders.eu"), ("id", "a")]), &h, &mut out));
     assert_eq!(h.asked.get(), 2, "Read is a decision of its own");
     h.generation.set(2);
-    assert!(s.handle(frame(Command::Send, &[("destination", "/queue/orders.eu")]), &h, &mut out));
+    assert!(s.handle(&frame(Command::Send, &[("destination", "/queue/orders.eu")]), &h, &mut out));
     assert_eq!(h.asked.get(), 3, "a new rule generation asks again");
     assert_eq!(s.authz.cached_channels(), 1);
 }
@@ -219,7 +219,7 @@ fn with_authorization_off_the_rules_are_never_asked() {
     let h = host(false, None);
     let (mut s, _, _) = connect(&h, "anyone", None);
     let mut out = Vec::new();
-    assert!(s.handle(frame(Command::Subscribe, &[("destination", "/topic/>"), ("id", "a")]), &h, &mut out));
-    assert!(s.handle(frame(Command::Send, &[("destination", "/queue/x")]), &h, &mut out));
+    assert!(s.handle(&frame(Command::Subscribe, &[("destination", "/topic/>"), ("id", "a")]), &h, &mut out));
+    assert!(s.handle(&frame(Command::Send, &[("destination", "/queue/x")]), &h, &mut out));
     assert_eq!(h.asked.get(), 0);
 }

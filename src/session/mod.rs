@@ -215,12 +215,12 @@ impl Session {
 
     /// Handles one frame. Returns false when the connection must stop reading (ERROR queued,
     /// or DISCONNECT).
-    pub fn handle(&mut self, frame: Frame, host: &dyn Host, out: &mut Vec<Action>) -> bool {
+    pub fn handle(&mut self, frame: &Frame, host: &dyn Host, out: &mut Vec<Action>) -> bool {
         match self.state {
             State::AwaitingConnect => match frame.command {
-                Command::Connect | Command::Stomp => self.on_connect(&frame, host, out),
+                Command::Connect | Command::Stomp => self.on_connect(frame, host, out),
                 _ => {
-                    self.fail(WireError::NotConnected, receipt_of(&frame), out);
+                    self.fail(WireError::NotConnected, receipt_of(frame), out);
                     false
                 }
             },
@@ -310,7 +310,7 @@ impl Session {
 
     fn on_connect(&mut self, frame: &Frame, host: &dyn Host, out: &mut Vec<Action>) -> bool {
         let h = &frame.headers;
-        let Some(version) = negotiate_version(h.get(b"accept-version").map(|v| &v[..])) else {
+        let Some(version) = negotiate_version(h.get(b"accept-version")) else {
             self.fail(WireError::UnsupportedVersion, None, out);
             return false;
         };
@@ -320,7 +320,7 @@ impl Session {
             return false;
         }
         let login = h.get(b"login").filter(|l| !l.is_empty());
-        let verified = match host.authenticate(login.map(|l| &l[..]), h.get(b"passcode").map(|p| &p[..])) {
+        let verified = match host.authenticate(login, h.get(b"passcode")) {
             Ok(id) => id,
             Err(Denied) => {
                 self.fail(WireError::AccessDenied, None, out);
@@ -330,7 +330,7 @@ impl Session {
         let (client_hb, advertised) = if version == Version::V1_0 {
             ((0, 0), (0, 0))
         } else {
-            match parse_heart_beat(h.get(b"heart-beat").map(|v| &v[..])) {
+            match parse_heart_beat(h.get(b"heart-beat")) {
                 Ok(hb) => (hb, (self.cfg.heartbeat_ms, self.cfg.heartbeat_ms)),
                 Err(()) => {
                     self.fail(WireError::MalformedFrame(Malformed::BadHeartBeat), None, out);
@@ -342,33 +342,33 @@ impl Session {
         self.state = State::Connected;
         // A copy of `login`, not a view: a view would keep the whole read buffer the CONNECT
         // arrived in alive for as long as the connection.
-        if let Some(id) = verified.or_else(|| self.transport_identity.clone()).or_else(|| login.map(|l| Bytes::copy_from_slice(l))) {
+        if let Some(id) = verified.or_else(|| self.transport_identity.clone()).or_else(|| login.map(Bytes::copy_from_slice)) {
             self.client_id = id;
         }
         out.push(Action::Connected { version, heart_beat: negotiate_heart_beat(client_hb, advertised), advertised, session: self.session_id.clone() });
         true
     }
 
-    fn handle_connected(&mut self, frame: Frame, host: &dyn Host, from_commit: bool, out: &mut Vec<Action>) -> bool {
+    fn handle_connected(&mut self, frame: &Frame, host: &dyn Host, from_commit: bool, out: &mut Vec<Action>) -> bool {
         if !matches!(frame.command, Command::Ack | Command::Nack) {
             self.flush_settles(out);
         }
         let result = match frame.command {
             Command::Send => self.on_send(frame, host, from_commit, out),
-            Command::Subscribe => self.on_subscribe(&frame, host, out),
-            Command::Unsubscribe => self.on_unsubscribe(&frame, out),
+            Command::Subscribe => self.on_subscribe(frame, host, out),
+            Command::Unsubscribe => self.on_unsubscribe(frame, out),
             Command::Ack => self.on_settle(frame, Settle::Ack, from_commit, out),
             Command::Nack => self.on_settle(frame, Settle::Nack, from_commit, out),
-            Command::Begin => self.on_begin(&frame, out),
-            Command::Commit => self.on_commit(&frame, host, out),
-            Command::Abort => self.on_abort(&frame, out),
+            Command::Begin => self.on_begin(frame, out),
+            Command::Commit => self.on_commit(frame, host, out),
+            Command::Abort => self.on_abort(frame, out),
             Command::Disconnect => {
-                self.on_disconnect(&frame, out);
+                self.on_disconnect(frame, out);
                 return false;
             }
-            Command::Connect | Command::Stomp => Err((WireError::MalformedFrame(Malformed::SecondConnect), receipt_of(&frame))),
+            Command::Connect | Command::Stomp => Err((WireError::MalformedFrame(Malformed::SecondConnect), receipt_of(frame))),
             // A server frame sent by a client.
-            _ => Err((WireError::MalformedFrame(Malformed::ServerFrame), receipt_of(&frame))),
+            _ => Err((WireError::MalformedFrame(Malformed::ServerFrame), receipt_of(frame))),
         };
         match result {
             Ok(()) => self.state == State::Connected,
@@ -395,16 +395,16 @@ impl Session {
         }
     }
 
-    fn on_send(&mut self, frame: Frame, host: &dyn Host, from_commit: bool, out: &mut Vec<Action>) -> Handled {
-        let Some(raw) = frame.headers.get(b"destination") else { return reject(&frame, WireError::MalformedFrame(Malformed::SendWithoutDestination)) };
-        let dest = parse_destination(raw, self.cfg.default_pattern, Intent::Send).map_err(|e| (destination_error(e), receipt_of(&frame)))?;
+    fn on_send(&mut self, frame: &Frame, host: &dyn Host, from_commit: bool, out: &mut Vec<Action>) -> Handled {
+        let Some(raw) = frame.headers.get(b"destination") else { return reject(frame, WireError::MalformedFrame(Malformed::SendWithoutDestination)) };
+        let dest = parse_destination(raw, self.cfg.default_pattern, Intent::Send).map_err(|e| (destination_error(e), receipt_of(frame)))?;
         if !self.authz.allows(host, &self.client_id, dest.pattern, &dest.channel.0, Access::Write) {
-            return reject(&frame, WireError::AccessDenied);
+            return reject(frame, WireError::AccessDenied);
         }
-        let tags = headers_to_tags(&frame.headers).map_err(|_| (WireError::FrameTooLarge(TAGS_LIMIT), receipt_of(&frame)))?;
+        let tags = headers_to_tags(&frame.headers).map_err(|_| (WireError::FrameTooLarge(TAGS_LIMIT), receipt_of(frame)))?;
         // Validated now, so a bad frame fails at SEND time even inside a transaction.
-        if self.hold_in_transaction(&frame, from_commit)? {
-            self.receipt_now(&frame, out);
+        if self.hold_in_transaction(frame, from_commit)? {
+            self.receipt_now(frame, out);
             return Ok(());
         }
         let msg = Message {
@@ -419,17 +419,17 @@ impl Session {
         };
         match dest.pattern {
             Pattern::Events | Pattern::EventsStore => {
-                let done = self.receipt_token(&frame);
+                let done = self.receipt_token(frame);
                 out.push(Action::Array { op: ArrayOp::Publish { pattern: dest.pattern, msg: Arc::new(msg) }, done });
             }
             Pattern::Queues => {
-                let done = self.receipt_token(&frame);
+                let done = self.receipt_token(frame);
                 out.push(Action::Array { op: ArrayOp::QueueSend { msg: Arc::new(msg) }, done });
             }
             Pattern::Commands | Pattern::Queries => {
-                let reply_sub = self.rpc_reply_sub(&frame)?;
+                let reply_sub = self.rpc_reply_sub(frame)?;
                 if self.rpc_pending >= self.cfg.rpc_max_pending {
-                    return reject(&frame, WireError::TooManyPending(self.cfg.rpc_max_pending));
+                    return reject(frame, WireError::TooManyPending(self.cfg.rpc_max_pending));
                 }
                 let max_ms = self.cfg.rpc_timeout_s.saturating_mul(1000);
                 let timeout_ms = match frame.headers.get_str(b"timeout") {
@@ -437,19 +437,19 @@ impl Session {
                     Some(t) => match t.trim().parse::<u64>() {
                         Ok(0) => max_ms,
                         Ok(ms) => ms.min(max_ms),
-                        Err(_) => return reject(&frame, WireError::MalformedFrame(Malformed::BadTimeout)),
+                        Err(_) => return reject(frame, WireError::MalformedFrame(Malformed::BadTimeout)),
                     },
                 };
-                let Ok(cache) = query_cache(&frame) else { return reject(&frame, WireError::MalformedFrame(Malformed::BadCacheTtl)) };
+                let Ok(cache) = query_cache(frame) else { return reject(frame, WireError::MalformedFrame(Malformed::BadCacheTtl)) };
                 // Commands are never cached (kubemq-patterns.md §5.2); their headers are only checked.
                 let cache = cache.filter(|_| dest.pattern == Pattern::Queries);
                 self.rpc_pending += 1;
-                let correlation_id = frame.headers.get(b"correlation-id").cloned();
+                let correlation_id = frame.headers.get_bytes(b"correlation-id");
                 out.push(Action::Array {
                     op: ArrayOp::Request { pattern: dest.pattern, msg: Arc::new(msg), timeout_ms, reply_sub, correlation_id, cache },
                     done: None,
                 });
-                self.receipt_now(&frame, out);
+                self.receipt_now(frame, out);
             }
             Pattern::Reply => unreachable!("the router refuses SEND to /reply/"),
         }
@@ -472,11 +472,11 @@ impl Session {
         let h = &frame.headers;
         let Some(raw) = h.get(b"destination") else { return reject(frame, WireError::MalformedFrame(Malformed::SubscribeWithoutDestination)) };
         let id = match (h.get(b"id"), self.version) {
-            (Some(id), _) => id.clone(),
-            (None, Version::V1_0) => raw.clone(),
+            (Some(id), _) => id,
+            (None, Version::V1_0) => raw,
             (None, _) => return reject(frame, WireError::MalformedFrame(Malformed::SubscribeWithoutId)),
         };
-        let ack = match h.get(b"ack").map(|a| &a[..]) {
+        let ack = match h.get(b"ack") {
             None | Some(b"auto") => AckMode::Auto,
             Some(b"client") => AckMode::Client,
             Some(b"client-individual") => AckMode::ClientIndividual,
@@ -495,13 +495,13 @@ impl Session {
             _ => StartAt::NewOnly,
         };
         let group = match dest.pattern {
-            Pattern::Events | Pattern::EventsStore => h.get(b"x-kubemq-group").filter(|g| !g.is_empty()).cloned(),
+            Pattern::Events | Pattern::EventsStore => h.get(b"x-kubemq-group").filter(|g| !g.is_empty()),
             _ => None,
         };
         // Copies, not views: a subscription (here, and the channel in the array's registries)
         // lives as long as the connection, and a view would keep alive the whole read buffer
         // the SUBSCRIBE arrived in (up to 256 KiB when it came in a burst).
-        let (id, channel, group) = (Bytes::copy_from_slice(&id), Channel(Bytes::copy_from_slice(&dest.channel.0)), group.map(|g| Bytes::copy_from_slice(&g)));
+        let (id, channel, group) = (Bytes::copy_from_slice(id), Channel(Bytes::copy_from_slice(&dest.channel.0)), group.map(Bytes::copy_from_slice));
         let sub = Subscription::new(id, dest.pattern, channel.clone(), dest.wildcard, ack);
         // Checked after the frame is validated, before anything is taken: a malformed
         // SUBSCRIBE is still reported as malformed at the cap.
@@ -557,22 +557,22 @@ impl Session {
     }
 
     /// ACK (`Settle::Ack`) or NACK (`Settle::Nack`).
-    fn on_settle(&mut self, frame: Frame, action: Settle, from_commit: bool, out: &mut Vec<Action>) -> Handled {
+    fn on_settle(&mut self, frame: &Frame, action: Settle, from_commit: bool, out: &mut Vec<Action>) -> Handled {
         let h = &frame.headers;
         let id = match self.version {
             Version::V1_2 => h.get(b"id"),
             _ => h.get(b"message-id"),
         };
         let missing = if self.version == Version::V1_2 { Malformed::AckWithoutId } else { Malformed::AckWithoutMessageId };
-        let Some(id) = id.cloned() else { return reject(&frame, WireError::MalformedFrame(missing)) };
-        if self.hold_in_transaction(&frame, from_commit)? {
-            self.receipt_now(&frame, out);
+        let Some(id) = id else { return reject(frame, WireError::MalformedFrame(missing)) };
+        if self.hold_in_transaction(frame, from_commit)? {
+            self.receipt_now(frame, out);
             return Ok(());
         }
         // Anything that is not a queue delivery id (events, events-store: ACKs are no-ops), or
         // a delivery this connection no longer holds (requeued by a timeout), is acknowledged
         // as is.
-        let settle = message_id::parse_queue(&id).and_then(|(owner, tag)| self.subs.take_unacked(owner, tag)).map(|(sub, s, tags)| PendingSettle {
+        let settle = message_id::parse_queue(id).and_then(|(owner, tag)| self.subs.take_unacked(owner, tag)).map(|(sub, s, tags)| PendingSettle {
             sub,
             channel: s.channel.clone(),
             action,
@@ -581,7 +581,7 @@ impl Session {
         match settle {
             Some(next) => {
                 self.merge_settle(next, out);
-                if let Some(done) = self.receipt_token(&frame) {
+                if let Some(done) = self.receipt_token(frame) {
                     // The RECEIPT proves this settle (and the ones merged ahead of it) took effect.
                     self.send_settles(Some(done), out);
                 }
@@ -589,7 +589,7 @@ impl Session {
             None => {
                 // Keep frame order: settles read before this one go out before its RECEIPT.
                 self.flush_settles(out);
-                self.receipt_now(&frame, out);
+                self.receipt_now(frame, out);
             }
         }
         Ok(())
@@ -628,7 +628,8 @@ impl Session {
         if self.txs.len() >= self.cfg.max_transactions {
             return reject(frame, WireError::TooManyTransactions(self.cfg.max_transactions));
         }
-        self.txs.insert(tx.clone(), Vec::new());
+        // A copy: the transaction outlives the read buffer the BEGIN arrived in.
+        self.txs.insert(Bytes::copy_from_slice(tx), Vec::new());
         self.receipt_now(frame, out);
         Ok(())
     }
@@ -643,8 +644,8 @@ impl Session {
     fn on_commit(&mut self, frame: &Frame, host: &dyn Host, out: &mut Vec<Action>) -> Handled {
         for mut held in self.take_transaction(frame)? {
             // Receipts of held frames were already sent when they were held.
-            held.headers.0.retain(|(n, _)| n.as_ref() != b"receipt");
-            if !self.handle_connected(held, host, true, out) {
+            held.headers.remove_all(b"receipt");
+            if !self.handle_connected(&held, host, true, out) {
                 return Ok(());
             }
         }
@@ -683,7 +684,7 @@ impl Session {
 const TAGS_LIMIT: TooLarge = TooLarge::Tags { max_custom: MAX_CUSTOM_TAGS, max_value: MAX_TAG_VALUE_LEN };
 
 fn receipt_of(frame: &Frame) -> Option<Bytes> {
-    frame.headers.get(b"receipt").cloned()
+    frame.headers.get_bytes(b"receipt")
 }
 
 /// Fails `frame` with `err`, echoing its receipt.
@@ -712,7 +713,7 @@ fn query_cache(frame: &Frame) -> Result<Option<CacheSpec>, ()> {
         },
     };
     match (key, ttl) {
-        (Some(key), Some(ttl_s)) => Ok(Some(CacheSpec { key: key.clone(), ttl_s })),
+        (Some(key), Some(ttl_s)) => Ok(Some(CacheSpec { key: Bytes::copy_from_slice(key), ttl_s })),
         (Some(_), None) => Err(()),
         (None, _) => Ok(None),
     }

@@ -28,7 +28,7 @@
 //! - `set_version` takes effect for bytes not yet parsed. Since `decode` returns right after a
 //!   frame, calling it after the CONNECT frame is decoded applies it to everything that follows.
 use super::error::{Malformed, TooLarge, WireError};
-use super::frame::{Command, Frame, Headers, Version};
+use super::frame::{name_bit, Command, Frame, Headers, Span, Version};
 use bytes::{Buf, Bytes, BytesMut};
 use memchr::memchr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,11 +46,27 @@ impl Default for Limits {
     }
 }
 
+// A frame holds its first eight header ranges inline (248 bytes); `decode` builds it in the
+// caller's result and the read loop handles it there, by reference, so its size is never
+// moved, and boxing it would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decoded {
     Frame(Frame),
     /// A bare EOL between frames (heart-beat). One per EOL; never coalesced.
     HeartBeat,
+}
+
+/// What one `step` found.
+enum Step {
+    More,
+    HeartBeat,
+    /// A complete frame: `buf[..=nul]`, its body from `body_start`.
+    Frame {
+        command: Command,
+        body_start: usize,
+        nul: usize,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -70,23 +86,6 @@ enum Escapes {
     V11,
     /// 1.2: `\c \n \\ \r`.
     V12,
-}
-
-/// Half of a parsed header: either a range of the frame's own bytes (the common, zero-copy
-/// case) or an owned copy made because it had to be unescaped.
-#[derive(Debug)]
-enum Part {
-    Raw(usize, usize),
-    Owned(Bytes),
-}
-
-impl Part {
-    fn into_bytes(self, frame: &Bytes) -> Bytes {
-        match self {
-            Part::Raw(start, end) => frame.slice(start..end),
-            Part::Owned(b) => b,
-        }
-    }
 }
 
 /// Where the decoder is inside the frame at the front of the buffer. All offsets are from the
@@ -123,7 +122,12 @@ pub struct Decoder {
     state: State,
     /// Headers of the frame being parsed. Kept across calls (and its allocation reused across
     /// frames) so a header block arriving in many reads is parsed once, line by line.
-    headers: Vec<(Part, Part)>,
+    headers: Vec<(Span, Span)>,
+    /// The unescaped copies of the frame being parsed (`Span::unescaped` ranges); empty unless
+    /// a header needed unescaping.
+    unescaped: Vec<u8>,
+    /// `Headers`' summary of the names parsed so far (`frame::name_bit`).
+    names: u64,
     /// The first `content-length` of the frame being parsed.
     content_length: Option<usize>,
     /// See `error_receipt`.
@@ -136,12 +140,16 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    pub fn new(limits: Limits) -> Self {
+    pub fn new(mut limits: Limits) -> Self {
+        // A `Span` holds 31-bit offsets into a header block; no real one comes near 1 GiB.
+        limits.max_header_bytes = limits.max_header_bytes.min(1 << 30);
         Decoder {
             limits,
             version: None,
             state: State::Idle,
             headers: Vec::new(),
+            unescaped: Vec::new(),
+            names: 0,
             content_length: None,
             error_receipt: None,
             error_detail: None,
@@ -154,8 +162,11 @@ impl Decoder {
     /// parsed, so a connection waiting for its next frame holds none (idle memory per
     /// connection, issue 19); the next header line takes one back without allocating.
     pub fn park(&mut self) {
-        if matches!(self.state, State::Idle) && self.headers.capacity() > 0 {
-            spare_headers::give(std::mem::take(&mut self.headers));
+        if matches!(self.state, State::Idle) {
+            if self.headers.capacity() > 0 {
+                spare_headers::give(std::mem::take(&mut self.headers));
+            }
+            self.unescaped = Vec::new();
         }
     }
 
@@ -178,12 +189,29 @@ impl Decoder {
             // The caller dropped bytes we had scanned: our offsets are meaningless now.
             self.reset();
         }
-        let result = self.step(buf);
-        if result.is_err() {
-            self.error_receipt = self.parsed_receipt(buf);
-            self.reset();
+        match self.step(buf) {
+            Ok(Step::More) => Ok(None),
+            Ok(Step::HeartBeat) => Ok(Some(Decoded::HeartBeat)),
+            // Built here, in the caller's result, rather than returned up through `step`: a
+            // frame is too large to move for free.
+            Ok(Step::Frame { command, body_start, nul }) => Ok(Some(Decoded::Frame(self.take_frame(buf, command, body_start, nul)))),
+            Err(e) => {
+                self.error_receipt = self.parsed_receipt(buf);
+                self.reset();
+                Err(e)
+            }
         }
-        result
+    }
+
+    /// Splits the complete frame `buf[..=nul]` off the buffer.
+    #[inline]
+    fn take_frame(&mut self, buf: &mut BytesMut, command: Command, body_start: usize, nul: usize) -> Frame {
+        let frame = buf.split_to(nul + 1).freeze();
+        let body = frame.slice(body_start..nul);
+        let unescaped = if self.unescaped.is_empty() { Bytes::new() } else { Bytes::from(std::mem::take(&mut self.unescaped)) };
+        let headers = Headers::over(frame, unescaped, &self.headers, self.names);
+        self.reset();
+        Frame { command, headers, body }
     }
 
     /// The `receipt` header of the frame that the last error was about, if its header block
@@ -214,11 +242,9 @@ impl Decoder {
     }
 
     fn parsed_receipt(&self, buf: &BytesMut) -> Option<Bytes> {
-        let view = |p: &Part| -> Option<Vec<u8>> {
-            match p {
-                Part::Raw(start, end) => buf.get(*start..*end).map(<[u8]>::to_vec),
-                Part::Owned(b) => Some(b.to_vec()),
-            }
+        let view = |span: &Span| -> Option<Vec<u8>> {
+            let from: &[u8] = if span.is_unescaped() { &self.unescaped } else { buf };
+            from.get(span.range()).map(<[u8]>::to_vec)
         };
         self.headers.iter().find(|(n, _)| view(n).as_deref() == Some(&b"receipt"[..])).and_then(|(_, v)| view(v)).map(Bytes::from)
     }
@@ -226,6 +252,8 @@ impl Decoder {
     fn reset(&mut self) {
         self.state = State::Idle;
         self.headers.clear();
+        self.unescaped.clear();
+        self.names = 0;
         self.content_length = None;
     }
 
@@ -263,21 +291,21 @@ impl Decoder {
         }
     }
 
-    fn step(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, DecodeError> {
+    fn step(&mut self, buf: &mut BytesMut) -> Result<Step, DecodeError> {
         loop {
             match self.state {
                 State::Idle => match buf.first() {
-                    None => return Ok(None),
+                    None => return Ok(Step::More),
                     Some(b'\n') => {
                         buf.advance(1);
-                        return Ok(Some(Decoded::HeartBeat));
+                        return Ok(Step::HeartBeat);
                     }
                     Some(b'\r') => match buf.get(1) {
                         // A lone CR may still become a CR LF heart-beat.
-                        None => return Ok(None),
+                        None => return Ok(Step::More),
                         Some(b'\n') => {
                             buf.advance(2);
-                            return Ok(Some(Decoded::HeartBeat));
+                            return Ok(Step::HeartBeat);
                         }
                         Some(_) => self.state = State::Head { command: None, line_start: 0, scan_from: 0 },
                     },
@@ -285,7 +313,7 @@ impl Decoder {
                 },
                 State::Head { command, line_start, scan_from } => match self.head(buf, command, line_start, scan_from)? {
                     true => continue,
-                    false => return Ok(None),
+                    false => return Ok(Step::More),
                 },
                 State::Body { command, body_start, content_length, scan_from } => {
                     return self.body(buf, command, body_start, content_length, scan_from);
@@ -353,15 +381,20 @@ impl Decoder {
         if colon == 0 {
             return Err(self.malformed(Malformed::EmptyHeaderName));
         }
-        // `part` fails only on an undefined escape.
-        let (Ok(name), Ok(value)) = (part(line, offset, 0, colon, escapes), part(line, offset, colon + 1, line.len(), escapes)) else {
+        // One search for a backslash covers both halves of the line: most lines have none, and
+        // then neither half is unescaped (nor searched again).
+        let escaped = escapes != Escapes::None && memchr(b'\\', line).is_some();
+        let (Ok(name), Ok(value)) = (self.field(line, offset, 0..colon, escaped, escapes), self.field(line, offset, colon + 1..line.len(), escaped, escapes))
+        else {
+            // `field` fails only on an undefined escape.
             return Err(self.malformed(Malformed::UndefinedEscape));
         };
         // Only the first `content-length` sizes the body ("first wins"); later ones are kept
         // as history but not even validated. Checked here, as soon as the line is complete,
         // so an oversized body is refused before any of it is buffered.
-        if self.content_length.is_none() && part_bytes(&name, line, offset) == b"content-length" {
-            let len = match parse_length(part_bytes(&value, line, offset), self.limits.max_body) {
+        self.names |= name_bit(self.field_bytes(name, line, offset));
+        if self.content_length.is_none() && self.field_bytes(name, line, offset) == b"content-length" {
+            let len = match parse_length(self.field_bytes(value, line, offset), self.limits.max_body) {
                 Ok(len) => len,
                 Err(DecodeError::Malformed) => return Err(self.malformed(Malformed::BadContentLength)),
                 Err(DecodeError::FrameTooLarge) => return Err(self.too_large(TooLarge::Body(self.limits.max_body))),
@@ -375,21 +408,40 @@ impl Decoder {
         Ok(())
     }
 
-    fn body(
-        &mut self,
-        buf: &mut BytesMut,
-        command: Command,
-        body_start: usize,
-        content_length: Option<usize>,
-        scan_from: usize,
-    ) -> Result<Option<Decoded>, DecodeError> {
+    /// One side of a header, `line[range]`: a span of the frame, or, if the line holds a
+    /// backslash (`escaped`) and this side does, of its unescaped copy appended to
+    /// `self.unescaped`. Fails only on an undefined escape.
+    fn field(&mut self, line: &[u8], offset: usize, range: std::ops::Range<usize>, escaped: bool, escapes: Escapes) -> Result<Span, DecodeError> {
+        let raw = &line[range.clone()];
+        if !escaped || memchr(b'\\', raw).is_none() {
+            return Ok(Span::in_frame(offset + range.start, offset + range.end));
+        }
+        let start = self.unescaped.len();
+        unescape(raw, escapes == Escapes::V12, &mut self.unescaped)?;
+        Ok(Span::unescaped(start, self.unescaped.len()))
+    }
+
+    /// The bytes of `span` while its line (at `offset` in the frame) is still borrowed from the
+    /// buffer.
+    fn field_bytes<'a>(&'a self, span: Span, line: &'a [u8], offset: usize) -> &'a [u8] {
+        let range = span.range();
+        if span.is_unescaped() {
+            &self.unescaped[range]
+        } else {
+            &line[range.start - offset..range.end - offset]
+        }
+    }
+
+    /// Looks for the end of the body. `Step::Frame` when the frame is complete (`decode` takes
+    /// it), `Step::More` when more bytes are needed.
+    fn body(&mut self, buf: &BytesMut, command: Command, body_start: usize, content_length: Option<usize>, scan_from: usize) -> Result<Step, DecodeError> {
         let max = self.limits.max_body;
         let nul = match content_length {
             Some(len) => {
                 // `len <= max_body` was checked when the header was parsed.
                 let Some(nul) = body_start.checked_add(len) else { return Err(self.too_large(TooLarge::Body(max))) };
                 if buf.len() <= nul {
-                    return Ok(None);
+                    return Ok(Step::More);
                 }
                 // The spec: read exactly `len` octets, then the frame must end with NUL.
                 if buf[nul] != 0 {
@@ -412,40 +464,18 @@ impl Decoder {
                     if buf.len() - body_start > max {
                         return Err(self.too_large(TooLarge::Body(max)));
                     }
-                    return Ok(None);
+                    return Ok(Step::More);
                 }
             },
         };
-        let frame = buf.split_to(nul + 1).freeze();
-        let headers = self.headers.drain(..).map(|(n, v)| (n.into_bytes(&frame), v.into_bytes(&frame))).collect();
-        let body = frame.slice(body_start..nul);
-        self.reset();
-        Ok(Some(Decoded::Frame(Frame { command, headers: Headers(headers), body })))
+        Ok(Step::Frame { command, body_start, nul })
     }
 }
 
-/// The bytes of a part while its line is still borrowed from the buffer.
-fn part_bytes<'a>(p: &'a Part, line: &'a [u8], offset: usize) -> &'a [u8] {
-    match p {
-        Part::Raw(start, end) => &line[start - offset..end - offset],
-        Part::Owned(b) => b,
-    }
-}
-
-/// One side of a header: `line[start..end]`, unescaped (copied) only if it holds a backslash
-/// and the frame uses escapes.
-fn part(line: &[u8], offset: usize, start: usize, end: usize, escapes: Escapes) -> Result<Part, DecodeError> {
-    let raw = &line[start..end];
-    if escapes == Escapes::None || memchr(b'\\', raw).is_none() {
-        return Ok(Part::Raw(offset + start, offset + end));
-    }
-    unescape(raw, escapes == Escapes::V12).map(Part::Owned)
-}
-
-/// Applies the spec's header unescaping. Any other escape, or a trailing lone backslash, is a
-/// fatal protocol error (spec 1.1/1.2 "Value Encoding").
-fn unescape(raw: &[u8], with_cr: bool) -> Result<Bytes, DecodeError> {
-    let mut out = Vec::with_capacity(raw.len());
+/// Applies the spec's header unescaping, appending to `out`. Any other escape, or a trailing
+/// lone backslash, is a fatal protocol error (spec 1.1/1.2 "Value Encoding").
+fn unescape(raw: &[u8], with_cr: bool, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+    out.reserve(raw.len());
     let mut rest = raw;
     while let Some(i) = memchr(b'\\', rest) {
         out.extend_from_slice(&rest[..i]);
@@ -460,7 +490,7 @@ fn unescape(raw: &[u8], with_cr: bool) -> Result<Bytes, DecodeError> {
         rest = &rest[i + 2..];
     }
     out.extend_from_slice(rest);
-    Ok(Bytes::from(out))
+    Ok(())
 }
 
 /// Parses a `content-length` value: ASCII digits, optionally padded with spaces/tabs.
@@ -621,7 +651,7 @@ mod tests {
     fn frame(command: Command, headers: &[(&[u8], &[u8])], body: &[u8]) -> Item {
         Ok(Decoded::Frame(Frame {
             command,
-            headers: Headers(headers.iter().map(|(n, v)| (Bytes::copy_from_slice(n), Bytes::copy_from_slice(v))).collect()),
+            headers: Headers::from_pairs(headers.iter().map(|(n, v)| (Bytes::copy_from_slice(n), Bytes::copy_from_slice(v)))),
             body: Bytes::copy_from_slice(body),
         }))
     }
@@ -931,12 +961,17 @@ mod tests {
         let start = buf.as_ptr() as usize;
         let end = start + buf.len();
         let Ok(Some(Decoded::Frame(f))) = d.decode(&mut buf) else { panic!("no frame") };
-        let inside = |b: &Bytes| (start..end).contains(&(b.as_ptr() as usize));
+        let inside = |b: &[u8]| (start..end).contains(&(b.as_ptr() as usize));
         assert!(inside(&f.body));
-        assert!(inside(&f.headers.0[0].0) && inside(&f.headers.0[0].1));
-        assert!(inside(&f.headers.0[1].0));
-        assert!(!inside(&f.headers.0[1].1), "an unescaped value is a copy");
-        assert_eq!(f.headers.0[1].1.as_ref(), b"a:b");
+        let h: Vec<(&[u8], &[u8])> = f.headers.iter().collect();
+        assert!(inside(h[0].0) && inside(h[0].1));
+        assert!(inside(h[1].0));
+        assert!(!inside(h[1].1), "an unescaped value is a copy");
+        assert_eq!(h[1].1, b"a:b");
+        // A header kept past the frame shares its buffer too.
+        assert!(inside(&f.headers.get_bytes(b"plain").expect("plain")));
+        assert!(inside(&f.headers.name_bytes(1)));
+        assert_eq!(f.headers.value_bytes(1), Bytes::from_static(b"a:b"));
     }
 
     /// Feeds `input` one byte at a time and returns (frames decoded, bytes examined).
@@ -1007,11 +1042,10 @@ mod tests {
     }
 }
 
-/// Header lists parked by idle decoders ([`Decoder::park`]), per thread: each core's
-/// connections share that core's spares, so only the connections in the middle of a frame
-/// hold a list.
+/// Header lists not in use on this thread: an idle decoder (`Decoder::park`) gives its list
+/// back, and the next header line of any connection takes one.
 mod spare_headers {
-    use super::Part;
+    use super::Span;
     use std::cell::RefCell;
 
     /// Enough for the connections of one core that wake in the same loop turn; lists past it
@@ -1019,14 +1053,14 @@ mod spare_headers {
     const KEEP: usize = 64;
 
     thread_local! {
-        static SPARE: RefCell<Vec<Vec<(Part, Part)>>> = const { RefCell::new(Vec::new()) };
+        static SPARE: RefCell<Vec<Vec<(Span, Span)>>> = const { RefCell::new(Vec::new()) };
     }
 
-    pub(super) fn take() -> Vec<(Part, Part)> {
+    pub(super) fn take() -> Vec<(Span, Span)> {
         SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
     }
 
-    pub(super) fn give(mut list: Vec<(Part, Part)>) {
+    pub(super) fn give(mut list: Vec<(Span, Span)>) {
         list.clear();
         SPARE.with(|s| {
             let mut s = s.borrow_mut();
