@@ -4,8 +4,9 @@
 //! - `decode(&mut buf)` consumes at most one frame (or one heart-beat EOL) from the front of
 //!   `buf` and returns it; `Ok(None)` means "not enough bytes yet" and leaves `buf` intact while
 //!   remembering how far it has scanned, so a large body is never rescanned from byte 0.
-//! - Headers and body are `Bytes` views of `buf` (split off with `split_to().freeze()`); only a
-//!   header containing an escape sequence is copied.
+//! - The frame is split off `buf` (`split_to().freeze()`); its body is a view of it and its
+//!   headers are ranges of it (`frame::Headers`). Only a header containing an escape sequence
+//!   is copied, into the frame's one side buffer of unescaped copies.
 //! - Escaping per negotiated version: none before CONNECT/for CONNECT and in 1.0; 1.1 `\c \n \\`;
 //!   1.2 adds `\r`. An undefined escape (1.1/1.2) is `Malformed`.
 //! - Limits: header block (command line + headers) > `max_header_bytes`, more than
