@@ -189,10 +189,18 @@ impl Headers {
 
     /// Headers from owned names and values, in order (frames built by hand: tests, benches).
     pub fn from_pairs<N: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: impl IntoIterator<Item = (N, V)>) -> Headers {
+        let mut copies = Vec::new();
         let mut h = Headers::default();
+        let mut copy = |b: &[u8]| {
+            let start = copies.len();
+            copies.extend_from_slice(b);
+            Span::unescaped(start, copies.len())
+        };
         for (n, v) in pairs {
-            h.push(n.as_ref(), v.as_ref());
+            h.spans.push((copy(n.as_ref()), copy(v.as_ref())));
+            h.names |= name_bit(n.as_ref());
         }
+        h.unescaped = Bytes::from(copies);
         h
     }
 
