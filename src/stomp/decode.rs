@@ -393,8 +393,10 @@ impl Decoder {
         // Only the first `content-length` sizes the body ("first wins"); later ones are kept
         // as history but not even validated. Checked here, as soon as the line is complete,
         // so an oversized body is refused before any of it is buffered.
-        self.names |= name_bit(self.field_bytes(name, line, offset));
-        if self.content_length.is_none() && self.field_bytes(name, line, offset) == b"content-length" {
+        let name_bytes = self.field_bytes(name, line, offset);
+        let (bit, is_length) = (name_bit(name_bytes), name_bytes == b"content-length");
+        self.names |= bit;
+        if self.content_length.is_none() && is_length {
             let len = match parse_length(self.field_bytes(value, line, offset), self.limits.max_body) {
                 Ok(len) => len,
                 Err(DecodeError::Malformed) => return Err(self.malformed(Malformed::BadContentLength)),

@@ -179,8 +179,9 @@ impl Headers {
     /// summary of their names.
     #[inline]
     pub(crate) fn over(frame: Bytes, unescaped: Bytes, spans: &[(Span, Span)], names: u64) -> Headers {
-        debug_assert_eq!(names, spans.iter().fold(0, |bits, &(n, _)| bits | name_bit(n.of(&frame, &unescaped))));
-        Headers { frame, unescaped, spans: SmallVec::from_slice(spans), names }
+        let h = Headers { frame, unescaped, spans: SmallVec::from_slice(spans), names };
+        debug_assert_eq!(names, h.summarize());
+        h
     }
 
     fn summarize(&self) -> u64 {
@@ -260,19 +261,11 @@ impl Headers {
         self.bytes(self.spans[i].1)
     }
 
-    /// Appends a header after the others (lookups still find the first occurrence). Copies
-    /// every unescaped name and value the headers hold: for frames built by hand, not the
-    /// decoder's.
+    /// Appends a header after the others (lookups still find the first occurrence). Rebuilds
+    /// the headers as copies (`from_pairs`): for frames built by hand, not the decoder's.
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
-        let mut copies = Vec::with_capacity(self.unescaped.len() + name.len() + value.len());
-        copies.extend_from_slice(&self.unescaped);
-        let name_span = Span::unescaped(copies.len(), copies.len() + name.len());
-        copies.extend_from_slice(name);
-        let value_span = Span::unescaped(copies.len(), copies.len() + value.len());
-        copies.extend_from_slice(value);
-        self.unescaped = Bytes::from(copies);
-        self.spans.push((name_span, value_span));
-        self.names |= name_bit(name);
+        let rebuilt = Headers::from_pairs(self.iter().chain(std::iter::once((name, value))));
+        *self = rebuilt;
     }
 
     /// Drops every header named `name`.
