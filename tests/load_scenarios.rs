@@ -77,7 +77,13 @@ fn assert_messages_flowed(r: &Value, per_message_copies: u64) {
     // `delivered` counts what arrived inside the window; the drain brings in the rest.
     assert_eq!(n(r, "latency_count"), n(r, "sent") * per_message_copies, "every window message arrived once per subscriber: {r}");
     assert!(r["delivered_per_s"].as_f64().unwrap() > 0.0, "{r}");
-    assert!(r["server_cpu_us_per_msg"].as_f64().unwrap() > 0.0, "{r}");
+    // The server's CPU figure is produced and is its CPU time over the messages delivered. Not
+    // `> 0`: the process's CPU clock ticks in 10 ms steps, and a window that a loaded disk held
+    // to a few receipted SENDs (the persistent case) can take less than a tick.
+    // Both are rounded to 3 decimals in the report: the seconds' rounding, spread over the
+    // messages, is the tolerance.
+    let (cpu_s, per_msg, delivered) = (r["server_cpu_s"].as_f64().unwrap(), r["server_cpu_us_per_msg"].as_f64().unwrap(), n(r, "delivered") as f64);
+    assert!(cpu_s >= 0.0 && (per_msg - cpu_s * 1e6 / delivered).abs() <= 0.0005e6 / delivered + 0.001, "{r}");
     let (p50, p99) = (r["p50_us"].as_f64(), r["p99_us"].as_f64());
     assert!(p50.is_some() && p99.is_some(), "latency percentiles missing: {r}");
     assert!(p99 >= p50, "{r}");

@@ -690,8 +690,11 @@ fn at_store_max_bytes_sends_are_refused_with_an_error_nothing_receipted_is_lost_
     assert!(err.body_str().contains("--store-max-bytes (65536 bytes)"), "the hint names the limit: {:?}", err.body_str());
     assert!(receipted.len() >= 40 && receipted.len() <= 64, "about 64 KiB of 1 KiB messages: {}", receipted.len());
     // An Events-Store SEND is refused the same way, and so is a gRPC queue send (in band).
+    // Each is larger than the queue SENDs, so that whatever room the last refusal left (less
+    // than one of those) cannot hold it.
+    let big = "h".repeat(2048);
     let mut s = connected(&gw);
-    s.send("SEND", &[("destination", "/topic-store/persist.cap.es"), ("receipt", "es")], b"history");
+    s.send("SEND", &[("destination", "/topic-store/persist.cap.es"), ("receipt", "es")], big.as_bytes());
     let f = s.frame();
     assert_eq!((f.command.as_str(), f.header("message"), f.header("receipt-id")), ("ERROR", Some("too many pending requests"), Some("es")), "{f:?}");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -701,7 +704,7 @@ fn at_store_max_bytes_sends_are_refused_with_an_error_nothing_receipted_is_lost_
             message_id: "g".into(),
             client_id: "persist-test".into(),
             channel: "persist.cap".into(),
-            body: b"grpc".to_vec(),
+            body: big.clone().into_bytes(),
             ..Default::default()
         };
         client.send_queue_message(msg).await.expect("an in-band result").into_inner()
@@ -714,7 +717,7 @@ fn at_store_max_bytes_sends_are_refused_with_an_error_nothing_receipted_is_lost_
             event_id: "e".into(),
             client_id: "persist-test".into(),
             channel: "persist.cap.es".into(),
-            body: b"grpc".to_vec(),
+            body: big.clone().into_bytes(),
             store: true,
             ..Default::default()
         };

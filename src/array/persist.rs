@@ -499,7 +499,7 @@ impl Journal {
     fn put(&mut self, rec: &Record<'_>) {
         // Only a message over record::MAX_RECORD_BYTES can be refused, and a store is refused
         // at start with a --max-body-size that allows one (`check_body_limit`).
-        if record::encode(rec, &mut self.buf).is_err() {
+        if record::encode(rec, record::stamp_of(self.epoch.0), &mut self.buf).is_err() {
             tracing::error!("record larger than the log's record limit: not persisted");
         }
     }
@@ -813,7 +813,7 @@ mod tests {
 
     fn replay(buf: &[u8]) -> Replay {
         let mut r = Replay::default();
-        let scan = super::super::log::segment::scan_segment(buf, |offset, rec| r.apply(Position { segment: SegmentId(1), offset }, &rec));
+        let scan = super::super::log::segment::scan_segment(buf, None, |offset, rec| r.apply(Position { segment: SegmentId(1), offset }, &rec));
         assert_eq!(scan.good_len, buf.len());
         r
     }
@@ -892,7 +892,7 @@ mod tests {
     fn replay_segments(segments: &[(u64, &[u8])]) -> Replay {
         let mut r = Replay::default();
         for &(id, buf) in segments {
-            let scan = super::super::log::segment::scan_segment(buf, |offset, rec| r.apply(Position { segment: SegmentId(id), offset }, &rec));
+            let scan = super::super::log::segment::scan_segment(buf, None, |offset, rec| r.apply(Position { segment: SegmentId(id), offset }, &rec));
             assert_eq!(scan.good_len, buf.len());
         }
         r
@@ -1083,7 +1083,7 @@ mod tests {
         let mut batch = Vec::new();
         let mut commit = |j: &mut Journal, log: &mut SegmentLog| {
             j.take(&mut batch);
-            log.append_batch(&batch).unwrap();
+            log.append_batch(&mut batch).unwrap();
             log.sync().unwrap();
             j.set_epoch(LogEpoch(log.active_segment().0));
         };
@@ -1105,7 +1105,7 @@ mod tests {
         }
         let oldest = j.oldest_live().unwrap();
         assert_eq!(oldest, epochs[&21]);
-        let paths = log.detach_before(SegmentId(oldest.0));
+        let paths = log.detach_before(SegmentId(oldest.0)).paths().to_vec();
         assert!(paths.len() >= 3, "the dead prefix spans several segments: {}", paths.len());
         drop(log);
         // A kill after k of the unlinks, for every k: the live messages and nothing else.

@@ -524,7 +524,7 @@ mod tests {
         let mut batch = Vec::new();
         s.journal.take(&mut batch);
         let mut logged = Vec::new();
-        crate::array::log::segment::scan_segment(&batch, |_, rec| {
+        crate::array::log::segment::scan_segment(&batch, None, |_, rec| {
             logged.push(match rec {
                 Record::StoreMessage(m) => format!("message {} {}", m.sequence, String::from_utf8_lossy(m.content.body)),
                 Record::StoreDelete { channel } => format!("delete {}", String::from_utf8_lossy(channel)),
@@ -606,7 +606,7 @@ mod tests {
         assert_eq!((s.journal.oldest_live(), s.journal.live_messages()), (Some(LogEpoch(5)), 1));
         s.journal.take(&mut batch);
         let mut logged = Vec::new();
-        crate::array::log::segment::scan_segment(&batch, |_, rec| {
+        crate::array::log::segment::scan_segment(&batch, None, |_, rec| {
             if let Record::StoreMessage(m) = rec {
                 logged.push((m.sequence, String::from_utf8_lossy(m.content.body).into_owned()));
             }

@@ -26,8 +26,9 @@
 //! serving and what arrives meanwhile forms the next batch, so the batch grows with the load
 //! (group commit) rather than the sync rate limiting it. glommio's DMA files are not used:
 //! see `array::log::segment` (alignment padding, and the page cache serves reads back). The
-//! log writes its segments over zeros that a helper thread prepared (`array::log::spare`),
-//! which makes each of those `fdatasync`s cheaper; the commit loop does not see the difference.
+//! log writes its segments over spares — zeros that a helper thread prepared, or a dead
+//! segment recycled (`array::log::spare`) — which makes each of those `fdatasync`s cheaper;
+//! the commit loop does not see the difference.
 //!
 //! A failed write or sync confirms none of the batch's operations: their issuers get
 //! `Failed` (a STOMP RECEIPT becomes an ERROR), as after a failed `fdatasync` the data may be
@@ -43,7 +44,8 @@
 //! a live message (taken when the batch was taken: every settlement that made those segments
 //! dead is in this batch or an earlier one, so it is durable now) is detached from the log
 //! and unlinked, oldest first with a directory sync after each, on glommio's blocking thread
-//! like the `fdatasync`; one deletion runs at a time, so unlinks never reorder. See
+//! like the `fdatasync` (the newest may instead be renamed to become the next spare, when none
+//! is ready); one deletion runs at a time, so unlinks never reorder. See
 //! `array::persist` ("Which records are live") for why deleting only a prefix is crash-safe.
 //!
 //! # Reading contents back
@@ -282,7 +284,7 @@ impl Durable {
 
     /// Writes `batch` (one `write(2)`) and returns where it starts and the sync still to
     /// run, per `--store-sync`.
-    fn append(&self, batch: &[u8]) -> std::io::Result<(segment::Position, Option<segment::PendingSync>)> {
+    fn append(&self, batch: &mut Vec<u8>) -> std::io::Result<(segment::Position, Option<segment::PendingSync>)> {
         let mut log = self.log.borrow_mut();
         let at = log.append_batch(batch)?;
         match self.sync {
@@ -297,10 +299,11 @@ impl Durable {
     /// Keeps the settlement records of a failed `batch` for the next one.
     fn carry_settlements(&self, batch: &[u8]) {
         let mut carry = Vec::new();
-        segment::scan_segment(batch, |_, rec| {
+        segment::scan_segment(batch, None, |_, rec| {
             if matches!(rec, Record::QueueSettle(_) | Record::StoreDelete { .. }) {
-                // Re-encoding a record that was decoded from an encoding cannot exceed the limit.
-                let _ = record::encode(&rec, &mut carry);
+                // Re-encoding a record that was decoded from an encoding cannot exceed the limit;
+                // its stamp is set when the next batch lands.
+                let _ = record::encode(&rec, 0, &mut carry);
             }
         });
         *self.carry.borrow_mut() = carry;
@@ -472,7 +475,7 @@ impl Core {
             };
             let confirms = std::mem::take(&mut *d.held.borrow_mut());
             d.last_commit.set(Some(Instant::now()));
-            let appended = d.append(&batch);
+            let appended = d.append(&mut batch);
             let written_at = appended.as_ref().ok().map(|(at, _)| *at);
             // Records journaled from now on land in the active segment or a later one.
             {
@@ -587,30 +590,28 @@ impl Core {
         d.reading.set(false);
     }
 
-    /// Detaches the closed segments before `before` and unlinks them on the blocking thread,
-    /// unless a deletion is still running (the next commit picks them up then).
+    /// Detaches the closed segments before `before` and unlinks them on the blocking thread
+    /// (the newest perhaps recycled as the next spare, `array::log::spare`), unless a deletion
+    /// is still running (the next commit picks them up then).
     fn delete_dead_segments(self: &Rc<Self>, before: SegmentId) {
         let Some(d) = &self.durable else { return };
         if d.deleting.get() {
             return;
         }
-        let (dir, paths) = {
-            let mut log = d.log.borrow_mut();
-            (log.dir().to_path_buf(), log.detach_before(before))
-        };
-        if paths.is_empty() {
+        let removal = d.log.borrow_mut().detach_before(before);
+        if removal.paths().is_empty() {
             return;
         }
         d.deleting.set(true);
         let core = Rc::clone(self);
         glommio::spawn_local(async move {
-            let n = paths.len() as u64;
-            let removed = glommio::executor().spawn_blocking(move || segment::remove_segments(&dir, &paths)).await;
+            let n = removal.paths().len() as u64;
+            let removed = glommio::executor().spawn_blocking(move || removal.run()).await;
             let Some(d) = &core.durable else { return };
             match removed {
-                Ok(()) => {
+                Ok(recycled) => {
                     d.deleted.set(d.deleted.get() + n);
-                    tracing::debug!(core = %core.id, segments = n, since_start = d.deleted.get(), "deleted log segments holding nothing live");
+                    tracing::debug!(core = %core.id, segments = n, recycled, since_start = d.deleted.get(), "deleted log segments holding nothing live");
                 }
                 // Detached already: the files stay as dead weight until the next start scans
                 // them (their records are all settled, so nothing comes back).

@@ -26,9 +26,23 @@
 //! A spare is not made while the file system has less than twice its size free, so zeros never
 //! take the last room the records need.
 //!
+//! # Recycled segments instead of zeros
+//! Zeros cost a second write of every byte, on the device and in CPU time (this thread's
+//! copies into fresh page-cache pages were about 15 % of the store's CPU per message, perf
+//! record, perf/RESULTS.md). A segment whose records are all settled is as good a spare: its
+//! blocks were written and synced. So the log hands the newest dead segment it made to
+//! [`recycle`] (renamed `spare.recycled`) when no spare is ready, and this thread makes that
+//! file the spare with one `rename`, writing no zeros; it looks for one before starting zeros
+//! and between chunks, and drops a half-written zeros file for it. The new segment overwrites
+//! the old records from its start; the records' stamps (`record.rs`) and the zeros the log
+//! writes after each batch (`segment.rs`, "Recycled segments") keep the old ones from being
+//! read as the new segment's. Zeros are still written for the first spares, before any segment
+//! has died, and when segments die slower than they fill.
+//!
 //! Stopping: the thread checks between chunks and gives up, removing its temporary file;
 //! dropping [`Spares`] waits for it, so no thread ever writes into a directory another log (a
-//! reopen, a restart) has taken over.
+//! reopen, a restart) has taken over. A recycled file left by an earlier process is removed
+//! at start, like the spares.
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::io::AsRawFd;
@@ -41,6 +55,8 @@ use std::thread::JoinHandle;
 const SPARE: &str = "spare.zeros";
 /// The spare being written.
 const PREPARING: &str = "spare.zeros.tmp";
+/// A dead segment given to be the next spare ([`recycle`]).
+const RECYCLED: &str = "spare.recycled";
 /// Zeros written (and pushed to the device) at a time.
 const CHUNK: usize = 128 << 10;
 
@@ -65,7 +81,7 @@ impl Spares {
     /// # Errors
     /// The thread could not be started (the log then goes on without spares).
     pub fn start(dir: &Path, bytes: u64) -> io::Result<Spares> {
-        for name in [SPARE, PREPARING] {
+        for name in [SPARE, PREPARING, RECYCLED] {
             match fs::remove_file(dir.join(name)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => {}
@@ -139,9 +155,32 @@ impl Drop for Spares {
     }
 }
 
-/// Writes `bytes` of zeros to the temporary name chunk by chunk, syncs and renames it to the
-/// spare's name. `Ok(false)`: skipped (too little free space) or stopped.
+/// Gives the dead segment at `path` (its records all settled, its file in the log's
+/// directory `dir`) to be the next spare: renamed `spare.recycled`, replacing one given before
+/// and not yet taken. The caller syncs the directory.
+///
+/// # Errors
+/// The rename's.
+pub fn recycle(dir: &Path, path: &Path) -> io::Result<()> {
+    fs::rename(path, dir.join(RECYCLED))
+}
+
+/// Makes a recycled segment the spare, if one was given. `Ok(false)`: none.
+fn take_recycled(dir: &Path) -> io::Result<bool> {
+    match fs::rename(dir.join(RECYCLED), dir.join(SPARE)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Makes the spare: a recycled segment if one was given (before or while zeros are written),
+/// else `bytes` of zeros written to the temporary name chunk by chunk, synced and renamed to
+/// the spare's name. `Ok(false)`: skipped (too little free space) or stopped.
 fn prepare(dir: &Path, bytes: u64, stop: &AtomicBool) -> io::Result<bool> {
+    if take_recycled(dir)? {
+        return Ok(true);
+    }
     if free_bytes(dir)? < bytes.saturating_mul(2) {
         return Ok(false);
     }
@@ -154,6 +193,11 @@ fn prepare(dir: &Path, bytes: u64, stop: &AtomicBool) -> io::Result<bool> {
             drop(file);
             fs::remove_file(&path)?;
             return Ok(false);
+        }
+        if take_recycled(dir)? {
+            drop(file);
+            fs::remove_file(&path)?;
+            return Ok(true);
         }
         let n = (bytes - written).min(CHUNK as u64) as usize;
         let began = std::time::Instant::now();
