@@ -616,7 +616,56 @@ mod props {
         frame(command, &h, "")
     }
 
+    /// Destinations a producer may send to in turn: different patterns, the same channel under
+    /// several spellings, one a prefix of another, and invalid ones.
+    const DESTINATIONS: [&str; 12] = [
+        "/queue/a",
+        "/queue/a/b",
+        "queue/a",
+        "/queues/a",
+        "/topic/a",
+        "/topic-store/a",
+        "a",
+        "/queue/a.b",
+        "/queue/a/",
+        "/reply/a",
+        "/queue/a b",
+        "/topic/a.*",
+    ];
+
+    /// What a SEND to `raw` became: its pattern and channel, or its error.
+    fn routed(out: &[Action]) -> Result<(Pattern, Bytes), WireError> {
+        match out {
+            [Action::Array { op: ArrayOp::Publish { pattern, msg }, .. }] => Ok((*pattern, msg.channel.0.clone())),
+            [Action::Array { op: ArrayOp::QueueSend { msg }, .. }] => Ok((Pattern::Queues, msg.channel.0.clone())),
+            _ => Err(error_of(out).0),
+        }
+    }
+
     proptest! {
+        /// A SEND's destination is routed as a fresh parse routes it, whatever destinations the
+        /// SENDs before it named (the session keeps the last one parsed).
+        #[test]
+        fn a_send_is_routed_as_its_destination_parses_whatever_came_before(picks in proptest::collection::vec(0usize..DESTINATIONS.len(), 1..24)) {
+            let mut s = connected("1.2");
+            for &i in &picks {
+                let raw = DESTINATIONS[i];
+                let (go, out) = feed(&mut s, frame(Command::Send, &[("destination", raw)], "x"));
+                let want = parse_destination(raw.as_bytes(), Config::default().default_pattern, Intent::Send);
+                match want {
+                    Ok(d) => {
+                        prop_assert!(go, "{}: {:?}", raw, out);
+                        prop_assert_eq!(routed(&out), Ok((d.pattern, d.channel.0)), "{}", raw);
+                    }
+                    Err(e) => {
+                        prop_assert!(!go, "{}: {:?}", raw, out);
+                        prop_assert_eq!(routed(&out), Err(destination_error(e)), "{}", raw);
+                        break;
+                    }
+                }
+            }
+        }
+
         /// Whatever mix of frames that wait for the array and frames that do not, and whatever
         /// order the array completes their operations in, every RECEIPT comes exactly once and
         /// in frame order, and nothing is owed at the end.
