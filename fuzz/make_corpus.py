@@ -3,6 +3,7 @@
 frames, requests and header values, each a small file named for what it is. Re-run after
 changing a target's input layout (see the comment at the top of each target)."""
 import pathlib
+import struct
 
 ROOT = pathlib.Path(__file__).resolve().parent / "corpus"
 
@@ -145,3 +146,51 @@ AMQP_MESSAGES = {
 }
 for name, data in AMQP_MESSAGES.items():
     write("amqp_message", name, data)
+
+
+# ---- log_scan: first byte % 4 = the scanned segment's stamp, then segment bytes ----
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def log_bytes(b):
+    return struct.pack("<I", len(b)) + b
+
+
+def log_record(kind, stamp, fields, version=2):
+    """One record as src/array/log/record.rs encodes it (version 1: no stamp)."""
+    rest = bytes([version, kind]) + (struct.pack("<I", stamp) if version == 2 else b"") + fields
+    framed = struct.pack("<I", len(rest)) + rest
+    return b"SGR1" + struct.pack("<I", crc32c(framed)) + framed
+
+
+def log_store_message(stamp, seq, body, version=2):
+    content = log_bytes(b"id") + log_bytes(b"client") + log_bytes(b"") + log_bytes(body)
+    content += struct.pack("<I", 1) + log_bytes(b"k") + log_bytes(b"v") + struct.pack("<q", seq)
+    return log_record(5, stamp, log_bytes(b"prices") + struct.pack("<Q", seq) + content, version)
+
+
+def log_queue_message(stamp, seq, body):
+    content = log_bytes(b"m%d" % seq) + log_bytes(b"p") + log_bytes(b"") + log_bytes(body) + struct.pack("<I", 0) + struct.pack("<q", seq)
+    policy = struct.pack("<qqI", 0, 0, 3) + b"\x01" + log_bytes(b"q.dlq") + b"\x00"
+    return log_record(1, stamp, log_bytes(b"q") + struct.pack("<Q", seq) + content + policy)
+
+
+LOG_NEW = (
+    log_queue_message(1, 1, b"hello")
+    + log_record(3, 1, log_bytes(b"q") + struct.pack("<QI", 1, 1))
+    + log_record(2, 1, log_bytes(b"q") + struct.pack("<Q", 1))
+    + log_store_message(1, 7, b"tick")
+)
+LOG_OLD = b"".join(log_store_message(2, 100 + i, b"old body %d" % i) for i in range(6))
+write("log_scan", "clean", b"\x01" + LOG_NEW)
+write("log_scan", "over-zeros", b"\x01" + LOG_NEW + bytes(64))
+write("log_scan", "recycled", b"\x01" + LOG_NEW + bytes(16) + LOG_OLD[len(LOG_NEW) + 16 :])
+write("log_scan", "torn-tail", b"\x01" + LOG_NEW + log_queue_message(1, 2, b"torn")[:20] + LOG_OLD[200:])
+write("log_scan", "mid-damage", b"\x01" + LOG_NEW[:30] + b"\xff" + LOG_NEW[31:])
+write("log_scan", "version-1", b"\x01" + log_store_message(0, 1, b"v1", version=1) + LOG_NEW)
