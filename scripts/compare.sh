@@ -25,6 +25,8 @@
 #                               queue-persistent and queue-persistent-rate2k, not in the default,
 #                               are the persistent-queue cases of scripts/store-bench.sh)
 #   KEEP_PEERS=0                1 = leave the peers running afterwards
+#   SKIP_BUILD=0                1 = measure the release binaries as they are (no cargo build;
+#                               each raw line's stompgate_sha256 says which binary that was)
 #   BASELINE=relay              also measure stompgate-relay (perf/relay/), a bare
 #                               single-threaded relay that validates and stores nothing: the
 #                               machine's floor, measured in the same run; BASELINE= to skip
@@ -107,8 +109,10 @@ stomp_ready() { # PORT
     ' 2>/dev/null
 }
 
-echo "== cargo build --release" >&2
-cargo build --release --bin stompgate --bin stompgate-load --bin stompgate-relay >&2
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    echo "== cargo build --release" >&2
+    cargo build --release --bin stompgate --bin stompgate-load --bin stompgate-relay >&2
+fi
 LOAD="$ROOT/target/release/stompgate-load"
 
 ulimit -n "$(ulimit -Hn)" || true
