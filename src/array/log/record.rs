@@ -548,6 +548,19 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// `rec` (one version 2 record) as version 1 wrote it: no stamp (for tests of the logs an
+/// earlier build left).
+#[cfg(test)]
+pub(crate) fn as_version_1(rec: &[u8]) -> Vec<u8> {
+    let mut v1 = rec[..STAMP_AT].to_vec();
+    v1.extend_from_slice(&rec[HEADER_BYTES..]);
+    v1[12] = VERSION_1;
+    let length = (v1.len() - PREFIX_BYTES) as u32;
+    v1[8..12].copy_from_slice(&length.to_le_bytes());
+    seal(&mut v1);
+    v1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,17 +672,6 @@ mod tests {
         reseal(&mut k9);
         assert_eq!(decode(&k9), Err(DecodeError::UnknownKind(9)));
         assert!(!DecodeError::UnknownKind(9).is_framing());
-    }
-
-    /// `rec` (one version 2 record) as version 1 wrote it: no stamp.
-    fn as_version_1(rec: &[u8]) -> Vec<u8> {
-        let mut v1 = rec[..STAMP_AT].to_vec();
-        v1.extend_from_slice(&rec[HEADER_BYTES..]);
-        v1[12] = VERSION_1;
-        let length = (v1.len() - PREFIX_BYTES) as u32;
-        v1[8..12].copy_from_slice(&length.to_le_bytes());
-        seal(&mut v1);
-        v1
     }
 
     #[test]

@@ -174,10 +174,8 @@ pub fn scan_segment<'a>(bytes: &'a [u8], stamp: Option<u32>, mut on_record: impl
     let mut scan = SegmentScan::default();
     let mut pos = 0;
     while pos < bytes.len() {
-        let framed = match stamp {
-            Some(stamp) => record::frame(&bytes[pos..]).map(|f| (f.len, f.stamp.is_none_or(|s| s == stamp))),
-            None => record::frame(&bytes[pos..]).map(|f| (f.len, true)),
-        };
+        // A record is this segment's when it has no stamp (version 1) or this segment's.
+        let framed = record::frame(&bytes[pos..]).map(|f| (f.len, f.stamp.zip(stamp).is_none_or(|(got, own)| got == own)));
         match framed {
             Ok((len, true)) => {
                 match record::decode(&bytes[pos..]) {
@@ -785,16 +783,23 @@ mod tests {
         (record_len, record_len * 3 + record_len / 2)
     }
 
-    /// Writes store records 1..=n, one batch each, syncs and drops the log.
-    fn write_records(dir: &Path, segment_bytes: u64, n: u64) {
-        let (mut log, _, _) = reopen(dir, segment_bytes);
+    /// Appends store records `from..=to` ("body NNN"), one batch each, calling `before` ahead
+    /// of each batch, then syncs.
+    fn append_records(log: &mut SegmentLog, from: u64, to: u64, before: impl Fn(&SegmentLog)) {
         let mut buf = Vec::new();
-        for seq in 1..=n {
+        for seq in from..=to {
+            before(log);
             buf.clear();
             store_record(&mut buf, seq, format!("body {seq:03}").as_bytes());
             log.append_batch(&mut buf).unwrap();
         }
         log.sync().unwrap();
+    }
+
+    /// Writes store records 1..=n, one batch each, syncs and drops the log.
+    fn write_records(dir: &Path, segment_bytes: u64, n: u64) {
+        let (mut log, _, _) = reopen(dir, segment_bytes);
+        append_records(&mut log, 1, n, |_| {});
     }
 
     #[test]
@@ -1071,14 +1076,7 @@ mod tests {
         wait_for_spare(&log);
         assert_eq!(fs::metadata(tmp.0.join("spare.zeros")).unwrap().len(), segment_bytes);
         assert!(fs::read(tmp.0.join("spare.zeros")).unwrap().iter().all(|&b| b == 0));
-        let mut buf = Vec::new();
-        for seq in 1..=7 {
-            wait_for_spare(&log);
-            buf.clear();
-            store_record(&mut buf, seq, format!("body {seq:03}").as_bytes());
-            log.append_batch(&mut buf).unwrap();
-        }
-        log.sync().unwrap();
+        write_over_spares(&mut log, 1, 7);
         // The empty plain segment 1 was left for the spare at the first batch; segments 2 to 4
         // are spares: full-size files whose records end before their zeros.
         assert_eq!(
@@ -1094,7 +1092,7 @@ mod tests {
         assert_eq!(recovery, Recovery { records: 7, ..Recovery::default() });
         // Appends go on right after the last record, over the zeros, and read back.
         let mut log = log.with_spares();
-        buf.clear();
+        let mut buf = Vec::new();
         store_record(&mut buf, 8, b"body 008");
         assert_eq!(log.append_batch(&mut buf).unwrap(), Position { segment: SegmentId(4), offset: record_len });
         log.sync().unwrap();
@@ -1193,14 +1191,7 @@ mod tests {
 
     /// Writes store records `from..=to` as one batch each, waiting for a spare before each.
     fn write_over_spares(log: &mut SegmentLog, from: u64, to: u64) {
-        let mut buf = Vec::new();
-        for seq in from..=to {
-            wait_for_spare(log);
-            buf.clear();
-            store_record(&mut buf, seq, format!("body {seq:03}").as_bytes());
-            log.append_batch(&mut buf).unwrap();
-        }
-        log.sync().unwrap();
+        append_records(log, from, to, wait_for_spare);
     }
 
     #[test]
@@ -1305,13 +1296,7 @@ mod tests {
         let (seen, scan) = scan_of(&over(&new[..torn_at], 0));
         assert_eq!((seen, scan.good_len, scan.clean_end, scan.corrupt_regions), (vec![1, 2, 3, 4], ends[3], false, 0));
         // Version 1 records (no stamp) are the segment's wherever they are.
-        let mut v1 = new[..ends[0]].to_vec();
-        v1.drain(14..18);
-        v1[12] = 1;
-        let length = (v1.len() - 12) as u32;
-        v1[8..12].copy_from_slice(&length.to_le_bytes());
-        let crc = crc32c::crc32c(&v1[8..]);
-        v1[4..8].copy_from_slice(&crc.to_le_bytes());
+        let v1 = record::as_version_1(&new[..ends[0]]);
         let (seen, scan) = scan_of(&over(&v1, END_MARK_BYTES));
         assert_eq!((seen, scan.clean_end), (vec![1], true));
     }
