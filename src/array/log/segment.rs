@@ -1202,9 +1202,10 @@ mod tests {
         let mut log = log.with_spares();
         assert_eq!(log.own_from, SegmentId(1), "a new log made its first segment");
         write_over_spares(&mut log, 1, 7);
-        // 1 is the empty plain segment left at the first batch, 2 and 3 full spares, 4 active;
-        // a spare is ready.
+        // 1 is the empty plain segment left at the first batch, 2 and 3 full spares, 4 active
+        // (7 took the spare that was ready: wait for the thread's next one).
         assert_eq!(log.active_segment(), SegmentId(4));
+        wait_for_spare(&log);
         // With a spare ready, dead segments are unlinked: a second spare would only wait.
         let removal = log.detach_before(SegmentId(2));
         assert_eq!(removal.recycle_last, None);
