@@ -1,6 +1,7 @@
 //! `q<owner>-<tag>`: the `message-id` (and 1.2 `ack`) of a queue delivery. It names the core
 //! that delivered it and that core's delivery tag, which is all an ACK or NACK needs.
 use crate::mesh::msg::CoreId;
+use crate::stomp::frame::decimal;
 
 /// Longest id [`write_queue`] writes (two 20-digit numbers, `q` and `-`).
 pub const MAX_LEN: usize = 48;
@@ -24,9 +25,8 @@ pub fn write_queue(buf: &mut [u8; MAX_LEN], owner: CoreId, tag: u64) -> &[u8] {
 pub fn parse_queue(id: &[u8]) -> Option<(CoreId, u64)> {
     let rest = id.strip_prefix(b"q")?;
     let dash = memchr::memchr(b'-', rest)?;
-    let owner = CoreId(std::str::from_utf8(&rest[..dash]).ok()?.parse().ok()?);
-    let tag = std::str::from_utf8(&rest[dash + 1..]).ok()?.parse().ok()?;
-    Some((owner, tag))
+    let owner = CoreId(usize::try_from(decimal(&rest[..dash])?).ok()?);
+    Some((owner, decimal(&rest[dash + 1..])?))
 }
 
 #[cfg(test)]
@@ -45,5 +45,7 @@ mod tests {
         assert_eq!(parse_queue(b"x3-1"), None);
         assert_eq!(parse_queue(b"q3"), None);
         assert_eq!(parse_queue(b"q-1"), None);
+        assert_eq!(parse_queue(b"q3-+1"), None, "digits only");
+        assert_eq!(parse_queue(b"q3-18446744073709551616"), None);
     }
 }

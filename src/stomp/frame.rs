@@ -307,10 +307,30 @@ pub struct Frame {
     pub body: Bytes,
 }
 
+/// A header value's unsigned decimal number: ASCII digits only (no sign, no blanks), at most
+/// `u64::MAX`; `None` otherwise. Bytes, not `str::parse`: no UTF-8 check on the hot path (an
+/// ACK's `message-id`), and no `+` accepted.
+pub fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| if d.is_ascii_digit() { n.checked_mul(10)?.checked_add(u64::from(d - b'0')) } else { None })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn decimals_are_digits_only_and_fit_64_bits() {
+        assert_eq!(decimal(b"0"), Some(0));
+        assert_eq!(decimal(b"007"), Some(7));
+        assert_eq!(decimal(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [&b""[..], b"18446744073709551616", b"+1", b"-1", b" 1", b"1 ", b"1a", b"\xd9"] {
+            assert_eq!(decimal(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 
     /// Names drawn from a small alphabet so that lookups hit, miss and collide in `name_bit`.
     fn name() -> impl Strategy<Value = Vec<u8>> {

@@ -55,11 +55,7 @@ pub fn parse_heart_beat(value: Option<&[u8]>) -> Result<(u64, u64), ()> {
 }
 
 fn parse_ms(field: &[u8]) -> Result<u64, ()> {
-    let digits = field.trim_ascii();
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(());
-    }
-    digits.iter().try_fold(0u64, |n, &d| n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d - b'0'))).ok_or(()))
+    super::frame::decimal(field.trim_ascii()).ok_or(())
 }
 
 /// Negotiated intervals in ms, given the client's `(cx, cy)` and the server's `(sx, sy)`:
