@@ -939,9 +939,18 @@ impl Queues {
     /// Serves waiting pulls, then hands ready messages to consumers with room, round robin,
     /// then releases held receipts if the backlog allows.
     fn pump(&mut self, channel: &Channel, now: Instant, out: &mut Outbox) {
-        self.serve_waiters(channel, out);
-        self.deliver_ready(channel, now, out);
+        // One lookup for the whole pump: it runs on every send and every settle.
         let Some(ch) = self.channels.get_mut(channel) else { return };
+        let mut shared = Shared {
+            core: self.core,
+            cores: self.cores,
+            ack_timeout: self.ack_timeout,
+            next_tag: &mut self.next_tag,
+            journal: &mut self.journal,
+            cache: &mut self.cache,
+        };
+        serve_waiters(ch, channel, &mut shared, out);
+        deliver_ready(ch, channel, now, &mut shared, out);
         ch.read_ahead(channel, &mut self.reads);
         if ch.held_receipts.is_empty() {
             return;
@@ -965,93 +974,6 @@ impl Queues {
         }
     }
 
-    fn serve_waiters(&mut self, channel: &Channel, out: &mut Outbox) {
-        let cores = self.cores;
-        // One lookup for the whole loop: this runs on every send.
-        let Some(ch) = self.channels.get_mut(channel) else { return };
-        while !ch.ready.is_empty() {
-            let Some(w) = ch.waiters.pop_front() else { return };
-            let req = w.req;
-            let mut result = PullResult { token: req.token, expired: w.expired, ..PullResult::default() };
-            match req.mode {
-                PullMode::Peek => {
-                    let now_ns = now_unix_ns();
-                    // What is loaded from the head: a peek does not wait for the disk.
-                    result.messages = ch
-                        .ready
-                        .iter()
-                        .filter(|e| e.expires_at_ns == 0 || e.expires_at_ns > now_ns)
-                        .take_while(|e| e.is_loaded())
-                        .take(req.max as usize)
-                        .map(|e| e.pulled(0))
-                        .collect();
-                    if result.messages.is_empty() {
-                        // Only expired ones ready: keep waiting for a live one.
-                        ch.waiters.push_front(Waiter { req, deadline: w.deadline, expired: result.expired });
-                        return;
-                    }
-                    req.reply.send(result);
-                }
-                // Answered in `pull`, never queued.
-                PullMode::Purge => {}
-                PullMode::Remove | PullMode::Reserve => {
-                    while result.messages.len() < req.max as usize {
-                        let Some(entry) = ch.take_next(channel, cores, &mut result.expired, &mut self.journal, &mut self.cache, out) else { break };
-                        let tag = self.next_tag;
-                        self.next_tag += 1;
-                        result.messages.push(entry.pulled(tag));
-                        if req.mode == PullMode::Reserve {
-                            ch.inflight.insert(tag, Inflight { entry, consumer: req.holder });
-                        } else {
-                            ch.gone(&entry, &mut self.cache);
-                            self.journal.gone(channel, entry.seq, entry.epoch);
-                        }
-                    }
-                    if result.messages.is_empty() {
-                        // Everything ready had expired or was dead-lettered: keep waiting.
-                        ch.waiters.push_front(Waiter { req, deadline: w.deadline, expired: result.expired });
-                        return;
-                    }
-                    let tags: Vec<u64> = if req.mode == PullMode::Reserve { result.messages.iter().map(|m| m.tag).collect() } else { Vec::new() };
-                    if !req.reply.send(result) {
-                        // The asker is gone: what it reserved goes back to the head, in order.
-                        for tag in tags.into_iter().rev() {
-                            if let Some(f) = ch.inflight.remove(&tag) {
-                                ch.push_front(f.entry);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn deliver_ready(&mut self, channel: &Channel, now: Instant, out: &mut Outbox) {
-        let cores = self.cores;
-        let mut expired = 0;
-        // One lookup for the whole loop: this is the queue hot path.
-        let Some(ch) = self.channels.get_mut(channel) else { return };
-        loop {
-            let n = ch.consumers.len();
-            if ch.ready.is_empty() || n == 0 {
-                return;
-            }
-            let Some(i) = (0..n).map(|k| (ch.turn + k) % n).find(|&i| ch.consumers[i].inflight < ch.consumers[i].prefetch) else {
-                return;
-            };
-            let Some(entry) = ch.take_next(channel, cores, &mut expired, &mut self.journal, &mut self.cache, out) else { return };
-            ch.turn = (i + 1) % n;
-            let consumer = &mut ch.consumers[i];
-            consumer.inflight += 1;
-            let tag = self.next_tag;
-            self.next_tag += 1;
-            let sub = consumer.sub;
-            out.push((sub.core, CoreMsg::QueueDeliver { sub, owner: self.core, tag, msg: Arc::clone(entry.msg()), receive_count: entry.receive_count }));
-            ch.deadlines.push_back((now + self.ack_timeout, tag));
-            ch.inflight.insert(tag, Inflight { entry, consumer: sub });
-        }
-    }
-
     /// Channel management's delete: drops the queued messages; the channel itself is
     /// forgotten once nobody holds, consumes or waits on it. Returns how many messages went.
     pub fn delete(&mut self, channel: &Channel, out: &mut Outbox) -> usize {
@@ -1072,6 +994,104 @@ impl Queues {
             self.channels.remove(channel);
         }
         dropped
+    }
+}
+
+/// What a pump borrows of [`Queues`] besides the channel it pumps (one lookup per pump).
+struct Shared<'a> {
+    core: CoreId,
+    cores: usize,
+    ack_timeout: Duration,
+    next_tag: &'a mut u64,
+    journal: &'a mut Journal,
+    cache: &'a mut CacheStats,
+}
+
+impl Shared<'_> {
+    /// The next delivery tag of this core's queues.
+    fn take_tag(&mut self) -> u64 {
+        let tag = *self.next_tag;
+        *self.next_tag += 1;
+        tag
+    }
+}
+
+fn serve_waiters(ch: &mut QueueChannel, channel: &Channel, shared: &mut Shared<'_>, out: &mut Outbox) {
+    while !ch.ready.is_empty() {
+        let Some(w) = ch.waiters.pop_front() else { return };
+        let req = w.req;
+        let mut result = PullResult { token: req.token, expired: w.expired, ..PullResult::default() };
+        match req.mode {
+            PullMode::Peek => {
+                let now_ns = now_unix_ns();
+                // What is loaded from the head: a peek does not wait for the disk.
+                result.messages = ch
+                    .ready
+                    .iter()
+                    .filter(|e| e.expires_at_ns == 0 || e.expires_at_ns > now_ns)
+                    .take_while(|e| e.is_loaded())
+                    .take(req.max as usize)
+                    .map(|e| e.pulled(0))
+                    .collect();
+                if result.messages.is_empty() {
+                    // Only expired ones ready: keep waiting for a live one.
+                    ch.waiters.push_front(Waiter { req, deadline: w.deadline, expired: result.expired });
+                    return;
+                }
+                req.reply.send(result);
+            }
+            // Answered in `pull`, never queued.
+            PullMode::Purge => {}
+            PullMode::Remove | PullMode::Reserve => {
+                while result.messages.len() < req.max as usize {
+                    let Some(entry) = ch.take_next(channel, shared.cores, &mut result.expired, shared.journal, shared.cache, out) else { break };
+                    let tag = shared.take_tag();
+                    result.messages.push(entry.pulled(tag));
+                    if req.mode == PullMode::Reserve {
+                        ch.inflight.insert(tag, Inflight { entry, consumer: req.holder });
+                    } else {
+                        ch.gone(&entry, shared.cache);
+                        shared.journal.gone(channel, entry.seq, entry.epoch);
+                    }
+                }
+                if result.messages.is_empty() {
+                    // Everything ready had expired or was dead-lettered: keep waiting.
+                    ch.waiters.push_front(Waiter { req, deadline: w.deadline, expired: result.expired });
+                    return;
+                }
+                let tags: Vec<u64> = if req.mode == PullMode::Reserve { result.messages.iter().map(|m| m.tag).collect() } else { Vec::new() };
+                if !req.reply.send(result) {
+                    // The asker is gone: what it reserved goes back to the head, in order.
+                    for tag in tags.into_iter().rev() {
+                        if let Some(f) = ch.inflight.remove(&tag) {
+                            ch.push_front(f.entry);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn deliver_ready(ch: &mut QueueChannel, channel: &Channel, now: Instant, shared: &mut Shared<'_>, out: &mut Outbox) {
+    let mut expired = 0;
+    loop {
+        let n = ch.consumers.len();
+        if ch.ready.is_empty() || n == 0 {
+            return;
+        }
+        let Some(i) = (0..n).map(|k| (ch.turn + k) % n).find(|&i| ch.consumers[i].inflight < ch.consumers[i].prefetch) else {
+            return;
+        };
+        let Some(entry) = ch.take_next(channel, shared.cores, &mut expired, shared.journal, shared.cache, out) else { return };
+        ch.turn = (i + 1) % n;
+        let consumer = &mut ch.consumers[i];
+        consumer.inflight += 1;
+        let tag = shared.take_tag();
+        let sub = consumer.sub;
+        out.push((sub.core, CoreMsg::QueueDeliver { sub, owner: shared.core, tag, msg: Arc::clone(entry.msg()), receive_count: entry.receive_count }));
+        ch.deadlines.push_back((now + shared.ack_timeout, tag));
+        ch.inflight.insert(tag, Inflight { entry, consumer: sub });
     }
 }
 
