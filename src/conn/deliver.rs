@@ -98,8 +98,8 @@ fn write_event(core: &Core, wq: &mut WriteQueue, version: Version, sub: &mut Sub
             write_egress_tag_headers(&msg.tags, &msg.metadata, w);
             if pattern == Pattern::EventsStore {
                 let mut d = itoa::Buffer::new();
-                w.header(b"x-kubemq-sequence", d.format(msg.sequence).as_bytes());
-                w.header(b"x-kubemq-timestamp", d.format(msg.timestamp_ns).as_bytes());
+                w.own_header(b"x-kubemq-sequence", d.format(msg.sequence).as_bytes());
+                w.own_header(b"x-kubemq-timestamp", d.format(msg.timestamp_ns).as_bytes());
             }
         },
         &msg.body,
@@ -219,20 +219,20 @@ pub fn rpc_reply(conn: &Conn, core: &Core, n: SubNo, pattern: Pattern, correlati
             |w| match &outcome {
                 RpcOutcome::Response { executed, error, metadata, tags, cache_hit, .. } => {
                     if pattern == Pattern::Commands {
-                        w.header(b"x-kubemq-executed", if *executed { b"true" } else { b"false" });
+                        w.own_header(b"x-kubemq-executed", if *executed { b"true" } else { b"false" });
                     }
                     if *cache_hit && pattern == Pattern::Queries {
-                        w.header(b"x-kubemq-cache-hit", b"true");
+                        w.own_header(b"x-kubemq-cache-hit", b"true");
                     }
                     if !error.is_empty() {
-                        w.header(b"stomp-error", b"failed");
-                        w.header(b"x-kubemq-error", &sanitize_error(error));
+                        w.own_header(b"stomp-error", b"failed");
+                        w.own_header(b"x-kubemq-error", &sanitize_error(error));
                     }
                     write_egress_tag_headers(tags, metadata, w);
                 }
-                RpcOutcome::Timeout => w.header(b"stomp-error", b"timeout"),
-                RpcOutcome::NoResponder => w.header(b"stomp-error", b"no-responder"),
-                RpcOutcome::Unavailable => w.header(b"stomp-error", b"unavailable"),
+                RpcOutcome::Timeout => w.own_header(b"stomp-error", b"timeout"),
+                RpcOutcome::NoResponder => w.own_header(b"stomp-error", b"no-responder"),
+                RpcOutcome::Unavailable => w.own_header(b"stomp-error", b"unavailable"),
             },
             body,
         )

@@ -16,7 +16,7 @@
 //! finish it (or truncate the buffer back).
 use super::frame::{Command, Version};
 use bytes::{BufMut, BytesMut};
-use memchr::{memchr, memchr2, memchr3};
+use memchr::{memchr, memchr2};
 
 pub struct FrameWriter<'a> {
     buf: &'a mut BytesMut,
@@ -63,35 +63,57 @@ impl<'a> FrameWriter<'a> {
         if name == b"content-length" {
             return;
         }
-        match (self.escape, self.version) {
-            (false, _) | (true, Version::V1_0) => {
-                // Unescaped: a raw LF would end the line, a CR would be read as part of the EOL
-                // by 1.2 parsers, and a ':' in a name would move the name/value split.
-                if memchr3(b':', b'\r', b'\n', name).is_some() || memchr2(b'\r', b'\n', value).is_some() {
-                    self.dropped += 1;
-                    return;
-                }
-                self.buf.reserve(name.len() + value.len() + 2);
-                self.buf.extend_from_slice(name);
-                self.buf.put_u8(b':');
-                self.buf.extend_from_slice(value);
-            }
-            (true, Version::V1_1) => {
-                if memchr(b'\r', name).is_some() || memchr(b'\r', value).is_some() {
-                    self.dropped += 1;
-                    return;
-                }
-                self.put_escaped(name);
-                self.buf.put_u8(b':');
-                self.put_escaped(value);
-            }
-            (true, Version::V1_2) => {
-                self.put_escaped(name);
-                self.buf.put_u8(b':');
-                self.put_escaped(value);
-            }
+        // Unescaped (1.0, CONNECTED): a ':' in a name would move the name/value split.
+        if !self.representable(name) || (!self.escapes() && memchr(b':', name).is_some()) || !self.representable(value) {
+            self.dropped += 1;
+            return;
         }
+        self.put_text(name);
+        self.buf.put_u8(b':');
+        self.put_text(value);
         self.buf.put_u8(b'\n');
+    }
+
+    /// [`header`](Self::header) for a name the gateway itself writes: a literal with nothing
+    /// to escape or drop in any version, never `content-length`. Only the value is checked
+    /// and escaped (issue 19: escaping the name `message-id` was a third of writing that
+    /// header, once per delivery).
+    #[inline]
+    pub fn own_header(&mut self, name: &'static [u8], value: &[u8]) {
+        debug_assert!(first_to_escape(name).is_none() && name != b"content-length", "not a plain name: {name:?}");
+        if !self.representable(value) {
+            self.dropped += 1;
+            return;
+        }
+        self.buf.extend_from_slice(name);
+        self.buf.put_u8(b':');
+        self.put_text(value);
+        self.buf.put_u8(b'\n');
+    }
+
+    /// Whether this frame's header text is escaped (1.1 and 1.2, except CONNECTED).
+    fn escapes(&self) -> bool {
+        self.escape && self.version != Version::V1_0
+    }
+
+    /// Whether the version can carry `s` in a header at all. Unescaped, a raw LF would end
+    /// the line and a CR would be read as part of the EOL by 1.2 parsers; 1.1 has no escape
+    /// for CR; 1.2 escapes everything.
+    fn representable(&self, s: &[u8]) -> bool {
+        match (self.escapes(), self.version) {
+            (false, _) => memchr2(b'\r', b'\n', s).is_none(),
+            (true, Version::V1_1) => memchr(b'\r', s).is_none(),
+            (true, _) => true,
+        }
+    }
+
+    /// Writes `s` raw or with the 1.1/1.2 escapes, as the frame needs.
+    fn put_text(&mut self, s: &[u8]) {
+        if self.escapes() {
+            self.put_escaped(s);
+        } else {
+            self.buf.extend_from_slice(s);
+        }
     }
 
     /// Stamps `content-length`, the blank line, the body and the NUL. Returns the number of

@@ -19,16 +19,16 @@ pub fn write_connected(buf: &mut BytesMut, version: Version, heart_beat: (u64, u
     hb.push(b',');
     hb.extend_from_slice(n.format(heart_beat.1).as_bytes());
     let mut w = FrameWriter::begin(buf, version, Command::Connected);
-    w.header(b"version", version.as_str().as_bytes());
-    w.header(b"heart-beat", &hb);
-    w.header(b"session", session);
-    w.header(b"server", SERVER.as_bytes());
+    w.own_header(b"version", version.as_str().as_bytes());
+    w.own_header(b"heart-beat", &hb);
+    w.own_header(b"session", session);
+    w.own_header(b"server", SERVER.as_bytes());
     w.finish(b"")
 }
 
 pub fn write_receipt(buf: &mut BytesMut, version: Version, receipt: &[u8]) -> u32 {
     let mut w = FrameWriter::begin(buf, version, Command::Receipt);
-    w.header(b"receipt-id", receipt);
+    w.own_header(b"receipt-id", receipt);
     w.finish(b"")
 }
 
@@ -38,15 +38,15 @@ pub fn write_error(buf: &mut BytesMut, version: Version, err: WireError, receipt
     let hint = err.hint();
     let hint = hint.as_bytes();
     let mut w = FrameWriter::begin(buf, version, Command::Error);
-    w.header(b"message", err.message().as_bytes());
+    w.own_header(b"message", err.message().as_bytes());
     if let Some(r) = receipt {
-        w.header(b"receipt-id", r);
+        w.own_header(b"receipt-id", r);
     }
     if err == WireError::UnsupportedVersion {
-        w.header(b"version", b"1.0,1.1,1.2");
+        w.own_header(b"version", b"1.0,1.1,1.2");
     }
     if !hint.is_empty() {
-        w.header(b"content-type", b"text/plain");
+        w.own_header(b"content-type", b"text/plain");
     }
     w.finish(hint)
 }
@@ -85,9 +85,9 @@ impl EncodedHead {
     pub fn encode(&mut self, version: Version, destination: &[u8], subscription: &[u8]) {
         self.bytes.clear();
         let mut w = FrameWriter::begin(&mut self.bytes, version, Command::Message);
-        w.header(b"destination", destination);
+        w.own_header(b"destination", destination);
         let split = w.buffer_len();
-        w.header(b"subscription", subscription);
+        w.own_header(b"subscription", subscription);
         self.dropped = w.dropped();
         self.split = split;
     }
@@ -113,13 +113,13 @@ pub fn write_message_encoded(
 ) -> u32 {
     buf.extend_from_slice(&head.bytes[..head.split]);
     let mut w = FrameWriter::resume(buf, version, Command::Message, head.dropped);
-    w.header(b"message-id", this.message_id);
+    w.own_header(b"message-id", this.message_id);
     w.encoded(&head.bytes[head.split..]);
     if let Some(ack) = this.ack {
-        w.header(b"ack", ack);
+        w.own_header(b"ack", ack);
     }
     if this.redelivered {
-        w.header(b"redelivered", b"true");
+        w.own_header(b"redelivered", b"true");
     }
     rest(&mut w);
     w.finish(body)
@@ -131,17 +131,17 @@ pub fn write_message_encoded(
 #[inline]
 pub fn write_message(buf: &mut BytesMut, version: Version, head: &MessageHead<'_>, rest: impl FnOnce(&mut FrameWriter<'_>), body: &[u8]) -> u32 {
     let mut w = FrameWriter::begin(buf, version, Command::Message);
-    w.header(b"destination", head.destination);
-    w.header(b"message-id", head.message_id);
-    w.header(b"subscription", head.subscription);
+    w.own_header(b"destination", head.destination);
+    w.own_header(b"message-id", head.message_id);
+    w.own_header(b"subscription", head.subscription);
     if let Some(ack) = head.ack {
-        w.header(b"ack", ack);
+        w.own_header(b"ack", ack);
     }
     if head.redelivered {
-        w.header(b"redelivered", b"true");
+        w.own_header(b"redelivered", b"true");
     }
     if let Some(c) = head.correlation_id {
-        w.header(b"correlation-id", c);
+        w.own_header(b"correlation-id", c);
     }
     rest(&mut w);
     w.finish(body)
