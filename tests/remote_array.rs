@@ -165,6 +165,11 @@ fn a_refused_token_fails_confirmed_work_at_once_instead_of_hanging() {
     let mut subscriber = pair.client();
     subscriber.send("SUBSCRIBE", &[("id", "s"), ("destination", &format!("/topic/{}", unique("auth"))), ("receipt", "r3")], b"");
     expect_error_close(&mut subscriber, "internal error");
+    // A queue SUBSCRIBE's receipt waits for the array to hold the consumer's first Get.
+    let mut consumer = pair.client();
+    consumer.send("SUBSCRIBE", &[("id", "q"), ("destination", &format!("/queue/{}", unique("auth"))), ("receipt", "r4")], b"");
+    let f = expect_error_close(&mut consumer, "internal error");
+    assert_eq!(f.header("receipt-id"), Some("r4"), "{f:?}");
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
     pair.stop();
 }

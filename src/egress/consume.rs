@@ -11,6 +11,12 @@
 //! requeues it). When the stream breaks, the array returns what it held to the queue; the
 //! consumer reconnects and late ACKs for the old tags are ignored.
 //!
+//! A receipted SUBSCRIBE is confirmed once the array holds the consumer's first Get (the same
+//! kind of fence, sent right after it): a message sent after the RECEIPT is competed for by
+//! this consumer too, as in the embedded array, instead of going to another consumer whose Get
+//! got there first. While the array cannot be reached it is confirmed at once; when it refuses
+//! the gateway's token it fails (ERROR `internal error`).
+//!
 //! A receipted ACK/NACK is confirmed only once the array has applied it (stomp-decisions:
 //! RECEIPT after the effect is in the array). Settlements reply only on error, so the consumer
 //! follows them with an ActiveOffsets request, which always replies, and confirms when that
@@ -86,6 +92,13 @@ impl Drop for EndReceipt {
     }
 }
 
+/// The subscription's receipts: the SUBSCRIBE's, confirmed once the array holds the first Get,
+/// and the UNSUBSCRIBE's, once the task is over.
+struct Receipts {
+    subscribe: Option<Ticket>,
+    _unsubscribe: EndReceipt,
+}
+
 pub struct Consumers {
     worker: Weak<Worker>,
     by_sub: RefCell<HashMap<SubRef, Consumer>>,
@@ -98,13 +111,15 @@ impl Consumers {
         Consumers { worker, by_sub: RefCell::new(HashMap::new()), next_tag: Rc::new(Cell::new(1)) }
     }
 
-    pub fn subscribe(&self, channel: Channel, sub: SubRef, prefetch: u32) {
+    /// Starts consuming for `sub`; `done` (the SUBSCRIBE's receipt) is confirmed once the
+    /// array holds its first Get (see the module docs).
+    pub fn subscribe(&self, channel: Channel, sub: SubRef, prefetch: u32, done: Option<Ticket>) {
         let Some(w) = self.worker.upgrade() else { return };
         let (ctl, rx) = mpsc::unbounded_channel();
         let end = Rc::new(Cell::new(None));
-        let receipt = EndReceipt { w: Rc::clone(&w), end: Rc::clone(&end) };
+        let receipts = Receipts { subscribe: done, _unsubscribe: EndReceipt { w: Rc::clone(&w), end: Rc::clone(&end) } };
         let prefetch = Rc::new(Cell::new(prefetch.max(1) as usize));
-        let task = tokio::task::spawn_local(run(w, channel, sub, Rc::clone(&prefetch), rx, Rc::clone(&self.next_tag), receipt));
+        let task = tokio::task::spawn_local(run(w, channel, sub, Rc::clone(&prefetch), rx, Rc::clone(&self.next_tag), receipts));
         if let Some(old) = self.by_sub.borrow_mut().insert(sub, Consumer { ctl, prefetch, task, end }) {
             old.task.abort();
         }
@@ -181,8 +196,9 @@ async fn run(
     prefetch: Rc<Cell<usize>>,
     mut ctl: mpsc::UnboundedReceiver<Ctl>,
     next_tag: Rc<Cell<u64>>,
-    _receipt: EndReceipt,
+    receipts: Receipts,
 ) {
+    let Receipts { subscribe: mut subscribed, _unsubscribe } = receipts;
     let metrics = w.metrics.stream(crate::telemetry::Stream::Consume);
     let _wanted = Counted::new(&metrics.wanted);
     let mut backoff = Backoff::default();
@@ -198,6 +214,13 @@ async fn run(
             Ok(r) => r.into_inner(),
             Err(e) => {
                 metrics.reconnects.increment(1);
+                // A SUBSCRIBE receipt does not wait for the array to come back, nor hang on
+                // credentials it refuses (ERROR `internal error`, as for other subscriptions).
+                if super::refused(&e) {
+                    w.failed(subscribed.take());
+                } else {
+                    w.done(subscribed.take());
+                }
                 tracing::warn!(core = %w.core, channel = %channel, error = %e, "array unreachable (queue downstream); retrying");
                 if !drain_while_waiting(&w, &mut ctl, backoff.next_delay()).await {
                     return;
@@ -230,6 +253,15 @@ async fn run(
                     break;
                 }
                 get_outstanding = true;
+            }
+            if let Some(t) = subscribed.take() {
+                // After the first Get (none with a prefetch of 0): its answer means the array
+                // holds that Get.
+                let fence = fence_request(&mut request_id, &w.client_id, &channel, String::new());
+                fences.push_back(Fence { request_id: fence.request_id.clone(), sent: Instant::now(), done: vec![t] });
+                if tx.send(fence).await.is_err() {
+                    break;
+                }
             }
             tokio::select! {
                 response = responses.message() => match response {
@@ -303,14 +335,7 @@ async fn run(
                         // ignored, as the embedded array ignores it.
                         (false, None) => done.into_iter().for_each(|t| w.done(Some(t))),
                         (false, Some(txn)) => {
-                            let fence = pb::QueuesDownstreamRequest {
-                                request_id: request_id(),
-                                client_id: w.client_id.clone(),
-                                request_type_data: ACTIVE_OFFSETS,
-                                channel: channel.to_string(),
-                                ref_transaction_id: txn,
-                                ..Default::default()
-                            };
+                            let fence = fence_request(&mut request_id, &w.client_id, &channel, txn);
                             fences.push_back(Fence { request_id: fence.request_id.clone(), sent: Instant::now(), done });
                             if tx.send(fence).await.is_err() {
                                 break;
@@ -335,8 +360,10 @@ async fn run(
             }
         }
         drop(connected);
-        // What the fences waited for is moot: the array gives back what the stream held.
+        // What the fences waited for is moot: the array gives back what the stream held (and
+        // a SUBSCRIBE whose fence was never sent is confirmed as while the array is away).
         confirm_all(&w, fences);
+        w.done(subscribed.take());
         metrics.reconnects.increment(1);
         tracing::warn!(core = %w.core, channel = %channel, "queue downstream to the array broke; the array requeues what it held; reconnecting");
         if !drain_while_waiting(&w, &mut ctl, backoff.next_delay()).await {
@@ -407,6 +434,19 @@ async fn drain_while_waiting(w: &Worker, ctl: &mut mpsc::UnboundedReceiver<Ctl>,
                 None => return false,
             },
         }
+    }
+}
+
+/// An ActiveOffsets request: always answered (an unknown transaction with an error), after
+/// every request sent on the stream before it.
+fn fence_request(request_id: &mut impl FnMut() -> String, client_id: &str, channel: &Channel, transaction: String) -> pb::QueuesDownstreamRequest {
+    pb::QueuesDownstreamRequest {
+        request_id: request_id(),
+        client_id: client_id.to_string(),
+        request_type_data: ACTIVE_OFFSETS,
+        channel: channel.to_string(),
+        ref_transaction_id: transaction,
+        ..Default::default()
     }
 }
 

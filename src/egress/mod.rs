@@ -224,8 +224,8 @@ impl Worker {
             CoreMsg::Publish { pattern, msg, done } => self.publisher.publish(pattern, msg, done, held),
             CoreMsg::QueueSend { msg, meta: _, done } => self.publisher.queue_send(msg, done, held),
             CoreMsg::Subscribe { pattern: crate::model::Pattern::Queues, channel, sub, prefetch, done, .. } => {
-                self.consumers.subscribe(channel, sub, prefetch);
-                self.done(done);
+                // Confirmed by the consumer once the array holds its first Get.
+                self.consumers.subscribe(channel, sub, prefetch, done);
             }
             CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, done, .. } => {
                 self.subscriptions.subscribe(pattern, channel, wildcard, sub, group, start, done)
