@@ -6,7 +6,7 @@
 #   scripts/ab.sh --summarize FILE             print the table for an earlier results file
 #
 # Each round runs every case once on A and once on B, the order alternating round by round, each
-# on a freshly started gateway (`--cores 2 --grpc-addr off --store-dir off`), so drift on the machine (thermal,
+# on a freshly started gateway (`--cores $CORES --grpc-addr off --store-dir off`), so drift on the machine (thermal,
 # other load) falls on both alike. The harness is target/release/stompgate-load of this tree
 # (built if missing): both binaries are measured by the same client.
 #
@@ -25,6 +25,8 @@
 #                                sockets, and an older binary's stopped connections in TIME_WAIT
 #                                count as such for up to 60 s)
 #   ARGS=""                      extra flags for both gateways
+#   CORES=2                      the gateways' --cores (1: no cross-core hops, and no spread
+#                                from where SO_REUSEPORT places each connection)
 #   TRANSPORT=tcp                tcp, or ws: the harness speaks STOMP over WebSocket to each
 #                                gateway's --ws-addr (PORT+10 for A, PORT+11 for B)
 #   STORE_PARENT=""              persistent A/B: each run's gateway gets its store on, in a fresh
@@ -126,7 +128,7 @@ for round in $(seq 1 "$ROUNDS"); do
                 store="--store-dir $run_store"
             fi
             # shellcheck disable=SC2086
-            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores 2 "${listen[@]}" "${amqp[@]}" $store $ARGS >"$LOG" 2>&1 &
+            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores "${CORES:-2}" "${listen[@]}" "${amqp[@]}" $store $ARGS >"$LOG" 2>&1 &
             GW_PID=$!
             for _ in $(seq 1 100); do stomp_ready "$port" && break; sleep 0.1; done
             stomp_ready "$port" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }
