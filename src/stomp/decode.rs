@@ -327,6 +327,9 @@ impl Decoder {
     /// was found (state is now `Body`), `false` when more bytes are needed.
     fn head(&mut self, buf: &BytesMut, mut command: Option<Command>, mut line_start: usize, mut scan_from: usize) -> Result<bool, DecodeError> {
         let max = self.limits.max_header_bytes;
+        // Per frame, not per line: neither changes inside a header block.
+        let strips_cr = self.strips_cr();
+        let mut escapes = command.map_or(Escapes::None, |c| self.escapes_for(c));
         loop {
             let Some(i) = memchr(b'\n', &buf[scan_from..]) else {
                 self.note_examined(buf.len() - scan_from);
@@ -347,13 +350,16 @@ impl Decoder {
                 return Err(self.too_large(TooLarge::HeaderBlock(max)));
             }
             let mut end = lf;
-            if self.strips_cr() && end > line_start && buf[end - 1] == b'\r' {
+            if strips_cr && end > line_start && buf[end - 1] == b'\r' {
                 end -= 1;
             }
             let line = &buf[line_start..end];
             match command {
                 None => match Command::parse(line) {
-                    Some(c) => command = Some(c),
+                    Some(c) => {
+                        command = Some(c);
+                        escapes = self.escapes_for(c);
+                    }
                     None => return Err(self.malformed(Malformed::UnknownCommand)),
                 },
                 Some(cmd) if line.is_empty() => {
@@ -361,10 +367,7 @@ impl Decoder {
                     self.state = State::Body { command: cmd, body_start: next, content_length, scan_from: next };
                     return Ok(true);
                 }
-                Some(cmd) => {
-                    let escapes = self.escapes_for(cmd);
-                    self.header_line(line, line_start, escapes)?;
-                }
+                Some(_) => self.header_line(line, line_start, escapes)?,
             }
             line_start = next;
             scan_from = next;
@@ -385,10 +388,15 @@ impl Decoder {
         // One search for a backslash covers both halves of the line: most lines have none, and
         // then neither half is unescaped (nor searched again).
         let escaped = escapes != Escapes::None && memchr(b'\\', line).is_some();
-        let (Ok(name), Ok(value)) = (self.field(line, offset, 0..colon, escaped, escapes), self.field(line, offset, colon + 1..line.len(), escaped, escapes))
-        else {
-            // `field` fails only on an undefined escape.
-            return Err(self.malformed(Malformed::UndefinedEscape));
+        let (name, value) = if escaped {
+            let (Ok(name), Ok(value)) = (self.field(line, offset, 0..colon, escapes), self.field(line, offset, colon + 1..line.len(), escapes)) else {
+                // `field` fails only on an undefined escape.
+                return Err(self.malformed(Malformed::UndefinedEscape));
+            };
+            (name, value)
+        } else {
+            // The common line: both halves are spans of the frame as they are.
+            (Span::in_frame(offset, offset + colon), Span::in_frame(offset + colon + 1, offset + line.len()))
         };
         // Only the first `content-length` sizes the body ("first wins"); later ones are kept
         // as history but not even validated. Checked here, as soon as the line is complete,
@@ -411,12 +419,12 @@ impl Decoder {
         Ok(())
     }
 
-    /// One side of a header, `line[range]`: a span of the frame, or, if the line holds a
-    /// backslash (`escaped`) and this side does, of its unescaped copy appended to
-    /// `self.unescaped`. Fails only on an undefined escape.
-    fn field(&mut self, line: &[u8], offset: usize, range: std::ops::Range<usize>, escaped: bool, escapes: Escapes) -> Result<Span, DecodeError> {
+    /// One side of a header line that holds a backslash, `line[range]`: a span of the frame,
+    /// or, if this side holds one, of its unescaped copy appended to `self.unescaped`. Fails
+    /// only on an undefined escape.
+    fn field(&mut self, line: &[u8], offset: usize, range: std::ops::Range<usize>, escapes: Escapes) -> Result<Span, DecodeError> {
         let raw = &line[range.clone()];
-        if !escaped || memchr(b'\\', raw).is_none() {
+        if memchr(b'\\', raw).is_none() {
             return Ok(Span::in_frame(offset + range.start, offset + range.end));
         }
         let start = self.unescaped.len();
