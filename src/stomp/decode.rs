@@ -511,14 +511,11 @@ fn parse_length(value: &[u8], max_body: usize) -> Result<usize, DecodeError> {
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
         return Err(DecodeError::Malformed);
     }
-    let mut n: usize = 0;
-    for &d in value {
-        n = n.checked_mul(10).and_then(|n| n.checked_add(usize::from(d - b'0'))).ok_or(DecodeError::FrameTooLarge)?;
+    // Digits only now, so `None` can only be an overflow.
+    match super::frame::decimal(value).and_then(|n| usize::try_from(n).ok()) {
+        Some(n) if n <= max_body => Ok(n),
+        _ => Err(DecodeError::FrameTooLarge),
     }
-    if n > max_body {
-        return Err(DecodeError::FrameTooLarge);
-    }
-    Ok(n)
 }
 
 fn trim_blanks(mut v: &[u8]) -> &[u8] {

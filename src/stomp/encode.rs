@@ -218,6 +218,25 @@ mod tests {
         ) {
             prop_assert_eq!(first_to_escape(&s), s.iter().position(|&b| NEEDS_ESCAPE[b as usize]));
         }
+
+        /// `own_header` writes (or drops) exactly what `header` does for the names the gateway
+        /// writes itself, whatever the value, version and frame.
+        #[test]
+        fn own_header_is_header_for_the_gateways_names(
+            name in prop::sample::select(vec![&b"message-id"[..], b"ack", b"subscription", b"x-kubemq-sequence", b"receipt-id", b"heart-beat"]),
+            value in prop::collection::vec(prop_oneof![any::<u8>(), prop::sample::select(b"\\\n:\r".to_vec())], 0..24),
+            version in prop::sample::select(vec![Version::V1_0, Version::V1_1, Version::V1_2]),
+            command in prop::sample::select(vec![Command::Message, Command::Connected, Command::Receipt]),
+        ) {
+            let write = |own: bool| {
+                let mut buf = BytesMut::new();
+                let mut w = FrameWriter::begin(&mut buf, version, command);
+                if own { w.own_header(name, &value) } else { w.header(name, &value) }
+                let dropped = w.finish(b"");
+                (buf, dropped)
+            };
+            prop_assert_eq!(write(true), write(false));
+        }
     }
 
     fn encode(version: Version, command: Command, headers: &[(&[u8], &[u8])], body: &[u8]) -> (Vec<u8>, u32) {
