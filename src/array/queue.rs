@@ -171,7 +171,7 @@ struct QueueChannel {
     ready: VecDeque<Entry>,
     inflight: AHashMap<u64, Inflight>,
     /// (deadline, tag) in delivery order; deadlines are monotonic because the timeout is
-    /// constant, so expiry pops from the front. Settled tags are skipped lazily.
+    /// constant, so expiry pops from the front. Settled tags leave in `prune_deadlines`.
     deadlines: VecDeque<(Instant, u64)>,
     consumers: Vec<Consumer>,
     turn: usize,
@@ -364,6 +364,25 @@ impl QueueChannel {
         self.ready.len() + self.delayed.len() + self.inflight.len()
     }
 
+    /// Drops the deadlines of settled deliveries, so that this queue holds at most about
+    /// twice as many as it has deliveries in flight. Left to expiry, they would pile up for
+    /// the whole ack timeout: 30 s of deliveries, hundreds of MB at full rate. Settled ones at
+    /// the front go at once (settlement mostly follows delivery order); a held delivery in
+    /// front of settled ones makes the queue compact itself once it is over twice the live
+    /// count, which costs O(1) per delivery amortized.
+    fn prune_deadlines(&mut self) {
+        while let Some(&(_, tag)) = self.deadlines.front() {
+            if self.inflight.contains_key(&tag) {
+                break;
+            }
+            self.deadlines.pop_front();
+        }
+        if self.deadlines.len() > 2 * self.inflight.len() + DEADLINES_SLACK {
+            let inflight = &self.inflight;
+            self.deadlines.retain(|(_, tag)| inflight.contains_key(tag));
+        }
+    }
+
     fn is_idle(&self) -> bool {
         self.ready.is_empty()
             && self.inflight.is_empty()
@@ -392,6 +411,10 @@ fn footprint(msg: &Message) -> usize {
 
 /// How far past a batch's own messages [`QueueChannel::evict`] looks for them from the tail.
 const EVICT_SCAN_SLACK: usize = 64;
+
+/// Deadlines of settled deliveries a queue may hold beyond twice its live ones (see
+/// [`QueueChannel::prune_deadlines`]): small queues never compact.
+const DEADLINES_SLACK: usize = 64;
 
 /// A ready list this short is searched whole when a binary search misses (see `find_mut`).
 const FIND_SCAN_MAX: usize = 4096;
@@ -951,6 +974,7 @@ impl Queues {
         };
         serve_waiters(ch, channel, &mut shared, out);
         deliver_ready(ch, channel, now, &mut shared, out);
+        ch.prune_deadlines();
         ch.read_ahead(channel, &mut self.reads);
         if ch.held_receipts.is_empty() {
             return;
@@ -1263,6 +1287,35 @@ mod tests {
         // the late ACK of the first delivery is ignored
         q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Ack, t0, &mut out);
         assert_eq!(q.depth(&ch()).inflight, 1);
+    }
+
+    #[test]
+    fn settled_deliveries_do_not_keep_their_deadlines_until_the_ack_timeout() {
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
+        let t0 = Instant::now();
+        let mut out = Outbox::new();
+        q.subscribe(ch(), sub(0, 1), 10, t0, &mut out);
+        // The first delivery is held for the whole run; 10,000 behind it are acked one by one.
+        q.send(msg("held"), None, None, t0, &mut out);
+        let held = deliveries(&mut out);
+        let mut most = 0;
+        for i in 0..10_000 {
+            q.send(msg(&i.to_string()), None, None, t0, &mut out);
+            let d = deliveries(&mut out);
+            assert_eq!(d.len(), 1);
+            q.settle(&ch(), sub(0, 1), &[d[0].1], &Settle::Ack, t0, &mut out);
+            most = most.max(q.channels[&ch()].deadlines.len());
+        }
+        assert_eq!(q.depth(&ch()).inflight, 1);
+        assert!(most <= 2 + DEADLINES_SLACK + 1, "{most} deadlines held for 1 delivery in flight");
+        // The held one still times out and comes back.
+        q.expire(t0 + Duration::from_secs(30), 0, &mut out);
+        let again = deliveries(&mut out);
+        assert_eq!((again.len(), again[0].2.as_str(), again[0].3), (1, "held", true));
+        assert_ne!(again[0].1, held[0].1);
+        // Acked in order, nothing is left behind.
+        q.settle(&ch(), sub(0, 1), &[again[0].1], &Settle::Ack, t0, &mut out);
+        assert!(q.channels[&ch()].deadlines.is_empty());
     }
 
     #[test]
