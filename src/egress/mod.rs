@@ -31,7 +31,7 @@ pub mod subscribe;
 
 use crate::config::{Config, RemoteArray};
 use crate::mesh::handle::ArrayHandle;
-use crate::mesh::msg::{CoreId, CoreMsg, Ticket};
+use crate::mesh::msg::{CoreId, CoreMsg, SettleArgs, SubscribeArgs, Ticket};
 use crate::wire::pb::kubemq_client::KubemqClient;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -92,9 +92,9 @@ pub fn is_array_work(msg: &CoreMsg) -> bool {
         msg,
         CoreMsg::Publish { .. }
             | CoreMsg::QueueSend { .. }
-            | CoreMsg::Subscribe { .. }
+            | CoreMsg::Subscribe(_)
             | CoreMsg::Unsubscribe { .. }
-            | CoreMsg::QueueSettle { .. }
+            | CoreMsg::QueueSettle(_)
             | CoreMsg::QueuePrefetch { .. }
             | CoreMsg::RpcRequest(_)
             | CoreMsg::Barrier(_)
@@ -223,13 +223,15 @@ impl Worker {
         match msg {
             CoreMsg::Publish { pattern, msg, done } => self.publisher.publish(pattern, msg, done, held),
             CoreMsg::QueueSend { msg, meta: _, done } => self.publisher.queue_send(msg, done, held),
-            CoreMsg::Subscribe { pattern: crate::model::Pattern::Queues, channel, sub, prefetch, done, .. } => {
-                // Confirmed by the consumer once the array holds its first Get.
-                self.consumers.subscribe(channel, sub, prefetch, done);
-            }
-            CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, done, .. } => {
-                self.subscriptions.subscribe(pattern, channel, wildcard, sub, group, start, done)
-            }
+            CoreMsg::Subscribe(args) => match *args {
+                SubscribeArgs { pattern: crate::model::Pattern::Queues, channel, sub, prefetch, done, .. } => {
+                    // Confirmed by the consumer once the array holds its first Get.
+                    self.consumers.subscribe(channel, sub, prefetch, done);
+                }
+                SubscribeArgs { pattern, channel, wildcard, sub, group, start, done, .. } => {
+                    self.subscriptions.subscribe(pattern, channel, wildcard, sub, group, start, done)
+                }
+            },
             CoreMsg::Unsubscribe { pattern: crate::model::Pattern::Queues, sub, done, .. } => {
                 let unheld = self.consumers.unsubscribe(sub, done);
                 self.done(unheld);
@@ -238,7 +240,8 @@ impl Worker {
                 self.subscriptions.unsubscribe(pattern, &channel, sub);
                 self.done(done);
             }
-            CoreMsg::QueueSettle { sub, tags, action, done, .. } => {
+            CoreMsg::QueueSettle(args) => {
+                let SettleArgs { sub, tags, action, done, .. } = *args;
                 // Confirmed by the consumer once the array applied it (see [`consume`]).
                 let unheld = self.consumers.settle(sub, tags, action, done);
                 self.done(unheld);

@@ -9,7 +9,7 @@
 //! Front-ends never see the difference: they submit [`ArrayOp`]s (`Core::submit`) and get
 //! completions and deliveries back through `Endpoint`.
 use crate::array::{Outbox, Shard};
-use crate::mesh::msg::{CoreMsg, SubNo, SubRef, Ticket};
+use crate::mesh::msg::{CoreMsg, SettleArgs, SubNo, SubRef, SubscribeArgs, Ticket};
 use crate::mesh::op::ArrayOp;
 use crate::mesh::topology::owner_of;
 use crate::model::{now_unix_ns, Pattern};
@@ -112,7 +112,8 @@ impl Backend {
             CoreMsg::ListChannels { pattern, reply } => {
                 reply.send(shard.borrow().stats(pattern));
             }
-            CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch, done } => {
+            CoreMsg::Subscribe(args) => {
+                let SubscribeArgs { pattern, channel, wildcard, sub, group, start, prefetch, done } = *args;
                 let mut shard = shard.borrow_mut();
                 let interest = crate::array::events::Interest { sub, group };
                 match pattern {
@@ -133,7 +134,8 @@ impl Backend {
                 }
                 announce(done, out);
             }
-            CoreMsg::QueueSettle { channel, sub, tags, action, done } => {
+            CoreMsg::QueueSettle(args) => {
+                let SettleArgs { channel, sub, tags, action, done } = *args;
                 shard.borrow_mut().queues.settle(&channel, sub, &tags, &action, Instant::now(), out);
                 announce(done, out);
             }
@@ -183,10 +185,10 @@ pub fn message_for(op: ArrayOp, at: SubRef, done: Option<Ticket>) -> Option<Core
         ArrayOp::Publish { pattern, msg } => CoreMsg::Publish { pattern, msg, done },
         ArrayOp::QueueSend { msg } => CoreMsg::QueueSend { msg, meta: None, done },
         ArrayOp::Subscribe { sub: n, pattern, channel, wildcard, group, start, prefetch } => {
-            CoreMsg::Subscribe { pattern, channel, wildcard, sub: sub(n), group, start, prefetch, done }
+            CoreMsg::Subscribe(Box::new(SubscribeArgs { pattern, channel, wildcard, sub: sub(n), group, start, prefetch, done }))
         }
         ArrayOp::Unsubscribe { sub: n, pattern, channel, wildcard } => CoreMsg::Unsubscribe { pattern, channel, wildcard, sub: sub(n), done },
-        ArrayOp::Settle { sub: n, channel, tags, action } => CoreMsg::QueueSettle { channel, sub: sub(n), tags, action, done },
+        ArrayOp::Settle { sub: n, channel, tags, action } => CoreMsg::QueueSettle(Box::new(SettleArgs { channel, sub: sub(n), tags, action, done })),
         // Nothing to confirm: a prefetch change is never waited for (`done` is always None).
         ArrayOp::Prefetch { sub: n, channel, prefetch } => CoreMsg::QueuePrefetch { channel, sub: sub(n), prefetch },
         ArrayOp::Request { pattern, msg, timeout_ms, reply_sub, correlation_id, cache } => CoreMsg::RpcRequest(Box::new(crate::mesh::msg::RpcRequest {

@@ -16,7 +16,7 @@ pub mod metrics;
 
 use crate::array::{Outbox, Shard};
 use crate::config::Config;
-use crate::mesh::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Settle, SubNo, SubRef, Ticket};
+use crate::mesh::msg::{ConnId, CoreId, CoreMsg, ExternalSink, Settle, SettleArgs, SubNo, SubRef, Ticket};
 use crate::mesh::op::ArrayOp;
 use ahash::AHashMap;
 use backend::{Backend, Route};
@@ -279,7 +279,10 @@ impl Core {
             CoreMsg::QueueDeliver { sub, owner, tag, msg, receive_count } => match self.endpoint(sub.conn) {
                 Some(endpoint) if endpoint.deliver_queue(self, &msg, sub.sub, owner, tag, receive_count) => {}
                 // The consumer is gone or no longer subscribed: give the message back.
-                _ => out.push((owner, CoreMsg::QueueSettle { channel: msg.channel.clone(), sub, tags: vec![tag], action: Settle::Release, done: None })),
+                _ => out.push((
+                    owner,
+                    CoreMsg::QueueSettle(Box::new(SettleArgs { channel: msg.channel.clone(), sub, tags: vec![tag], action: Settle::Release, done: None })),
+                )),
             },
             CoreMsg::RpcReply { reply_to, pattern, correlation_id, outcome } => match self.endpoint(reply_to.conn) {
                 Some(endpoint) => endpoint.deliver_rpc_reply(self, reply_to.sub, pattern, correlation_id, *outcome),

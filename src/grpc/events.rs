@@ -14,7 +14,7 @@ use crate::auth::Access;
 use crate::delivery::{park_limit, Next, Parking};
 use crate::mesh::confirm::{Confirmation, Outcome};
 use crate::mesh::handle::ArrayHandle;
-use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, StartAt, SubNo, SubRef, Ticket};
+use crate::mesh::msg::{CoreId, CoreMsg, ExternalSink, StartAt, SubNo, SubRef, SubscribeArgs, Ticket};
 use crate::model::{now_unix_ns, Message, Pattern};
 use crate::wire::convert::{self, Incoming};
 use bytes::Bytes;
@@ -377,7 +377,9 @@ pub async fn subscribe(b: Arc<Bridge>, s: pb::Subscribe) -> Result<BoxStream<pb:
     }
     for core in targets {
         let (channel, group) = (channel.clone(), group.clone());
-        let subscribed = b.confirm(core, |t| CoreMsg::Subscribe { pattern, channel, wildcard, sub, group, start, prefetch: 0, done: Some(t) }).await;
+        let subscribed = b
+            .confirm(core, |t| CoreMsg::Subscribe(Box::new(SubscribeArgs { pattern, channel, wildcard, sub, group, start, prefetch: 0, done: Some(t) })))
+            .await;
         if !subscribed {
             return Err(Status::unavailable("the array is shutting down"));
         }

@@ -17,7 +17,7 @@ use super::bridge::{Bridge, HOLDER_CORE};
 use super::stream::ChannelStream;
 use super::{pb, queues, validate, BoxStream};
 use crate::auth::Access;
-use crate::mesh::msg::{CoreMsg, Mailbox, PullMode, PullRequest, PullResult, Settle, SubNo, SubRef};
+use crate::mesh::msg::{CoreMsg, Mailbox, PullMode, PullRequest, PullResult, Settle, SettleArgs, SubNo, SubRef};
 use crate::model::{Channel, Pattern};
 use crate::wire::convert;
 use crate::wire::kind::stream as kind;
@@ -129,7 +129,9 @@ impl QueueStream {
     fn settle(&mut self, action: Settle) {
         if let Some(a) = self.active.take() {
             let owner = self.b.owner_of(Pattern::Queues, &a.channel);
-            self.b.array.send(owner, CoreMsg::QueueSettle { channel: a.channel, sub: self.holder, tags: vec![a.tag], action, done: None });
+            self.b
+                .array
+                .send(owner, CoreMsg::QueueSettle(Box::new(SettleArgs { channel: a.channel, sub: self.holder, tags: vec![a.tag], action, done: None })));
         }
     }
 

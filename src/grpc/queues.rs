@@ -13,7 +13,7 @@ use super::stream::ChannelStream;
 use super::{pb, validate, BoxStream};
 use crate::auth::Access;
 use crate::mesh::confirm::{Confirmation, Outcome, NOT_STORED, QUEUE_FULL, STORE_FULL};
-use crate::mesh::msg::{CoreId, CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SubNo, SubRef};
+use crate::mesh::msg::{CoreId, CoreMsg, Mailbox, PullMode, PullRequest, PullResult, QueueMeta, Settle, SettleArgs, SubNo, SubRef};
 use crate::model::{now_unix_ns, Channel, Message, Pattern};
 use crate::wire::convert::{self, Incoming};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -396,7 +396,7 @@ impl Downstream {
         drop(transactions);
         if !tags.is_empty() {
             let owner = self.b.owner_of(Pattern::Queues, &channel);
-            self.b.array.send(owner, CoreMsg::QueueSettle { channel, sub: holder, tags, action, done: None });
+            self.b.array.send(owner, CoreMsg::QueueSettle(Box::new(SettleArgs { channel, sub: holder, tags, action, done: None })));
         }
         (!unknown.is_empty()).then(|| error_reply(&r.request_id, r.request_type_data, format!("Error 123: sequences not in this transaction: {unknown:?}")))
     }
