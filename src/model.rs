@@ -114,6 +114,46 @@ pub struct Message {
     pub sequence: u64,
 }
 
+impl Message {
+    /// The same message on `channel` (a copy of its name the caller keeps once, e.g. as a map
+    /// key), with every other field in one allocation of its own. A message decoded from a
+    /// connection shares that connection's read buffer (the STOMP decoder's views), so one
+    /// kept for long (an Events-Store history) would pin the whole buffer, whatever else it
+    /// held; this copy costs one allocation and pins only the message's own bytes.
+    pub fn compacted(&self, channel: Channel) -> Message {
+        let tag_bytes: usize = self.tags.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let fields = [&self.id, &self.client_id, &self.metadata, &self.body];
+        let mut all = Vec::with_capacity(fields.iter().map(|f| f.len()).sum::<usize>() + tag_bytes);
+        for f in fields {
+            all.extend_from_slice(f);
+        }
+        for (k, v) in self.tags.iter() {
+            all.extend_from_slice(k);
+            all.extend_from_slice(v);
+        }
+        let all = Bytes::from(all);
+        let mut at = 0;
+        let mut next = |len: usize| {
+            at += len;
+            if len == 0 {
+                Bytes::new()
+            } else {
+                all.slice(at - len..at)
+            }
+        };
+        Message {
+            id: next(self.id.len()),
+            channel,
+            client_id: next(self.client_id.len()),
+            metadata: next(self.metadata.len()),
+            body: next(self.body.len()),
+            tags: Tags(self.tags.iter().map(|(k, v)| (next(k.len()), next(v.len()))).collect()),
+            timestamp_ns: self.timestamp_ns,
+            sequence: self.sequence,
+        }
+    }
+}
+
 /// Current wall-clock time in Unix nanoseconds.
 pub fn now_unix_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)

@@ -49,6 +49,10 @@ pub struct CoreMetrics {
     pub headers_dropped: Counter,
     /// Queue SENDs refused at the depth limit by this core's shard (embedded array only).
     pub queue_sends_refused: Counter,
+    /// The Events-Store history this core's shard holds, by `--store-retention-mb`'s measure,
+    /// and the messages that left it for that bound, ever (embedded array only).
+    pub events_store_history_bytes: Gauge,
+    pub events_store_trimmed: Counter,
     pub tls_handshakes_failed: Counter,
     pub queue_depths: QueueDepths,
     /// `stompgate_delivery_latency_seconds`: the core's histogram as the listener sees it.
@@ -87,6 +91,8 @@ impl CoreMetrics {
             mesh_events_dropped: counter!("stompgate_mesh_events_dropped_total", "core" => core.clone()),
             headers_dropped: counter!("stompgate_headers_dropped_total", "core" => core.clone()),
             queue_sends_refused: counter!("stompgate_queue_sends_refused_total", "core" => core.clone()),
+            events_store_history_bytes: gauge!("stompgate_events_store_history_bytes", "core" => core.clone()),
+            events_store_trimmed: counter!("stompgate_events_store_trimmed_total", "core" => core.clone()),
             tls_handshakes_failed: counter!("stompgate_tls_handshakes_failed_total", "core" => core),
             queue_depths: QueueDepths::new(id),
             delivery_latency: latency::Publisher::new(id),

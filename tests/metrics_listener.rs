@@ -478,3 +478,26 @@ fn store_metrics_follow_the_log_and_the_cache() {
     drop(gw);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The Events-Store history a core holds, and the messages that left it for
+/// `--store-retention-mb`, are exported (without a store directory too).
+#[test]
+fn events_store_history_bytes_and_trimmed_messages_are_exported() {
+    use common::flow::*;
+    let addr = free_port();
+    let gw = Gateway::spawn(&["--metrics-addr", &addr.to_string(), "--store-retention-mb", "1"], None);
+    poll("metrics listener", || TcpStream::connect(addr).ok());
+    let mut p = common::stomp_client::Client::open(gw.stomp_addr);
+    assert_eq!(p.connect("1.2").command, "CONNECTED");
+    let dest = format!("/topic-store/{}", common::unique("history"));
+    let body = vec![b'h'; 1024];
+    for _ in 0..2999 {
+        p.send("SEND", &[("destination", &dest)], &body);
+    }
+    assert!(p.send_sync("SEND", &[("destination", &dest)], &body).is_empty());
+    // 3,000 messages of about 1.4 KiB each against 1 MiB: most of them left, oldest first.
+    let trimmed = poll("trimmed messages counted", || Some(store_metric(addr, "stompgate_events_store_trimmed_total")).filter(|n| *n >= 2000.0));
+    assert!(trimmed < 3000.0, "{trimmed}");
+    let held = store_metric(addr, "stompgate_events_store_history_bytes");
+    assert!(held > 512.0 * 1024.0 && held <= 1024.0 * 1024.0, "{held} bytes held");
+}

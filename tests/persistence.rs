@@ -859,6 +859,54 @@ fn events_store_messages_within_retention_survive_kill_9() {
     assert_eq!(back.iter().map(|(seq, _, body)| (*seq, body.as_str())).collect::<Vec<_>>(), [(1, "r1"), (2, "r2"), (3, "r3")]);
 }
 
+/// Every MESSAGE a new subscription to `dest` from `x-kubemq-start:first` replays, as
+/// (sequence, timestamp, body): those that come within a second of each other.
+fn replay_all(c: &mut Client, id: &str, dest: &str) -> Vec<(u64, i64, String)> {
+    let mut got = c.send_sync("SUBSCRIBE", &[("id", id), ("destination", dest), ("x-kubemq-start", "first")], b"");
+    while let Some(f) = c.frame_within(Duration::from_secs(1)) {
+        got.push(f);
+    }
+    stamped(&got)
+}
+
+/// Size retention (`--store-retention-mb`) with a store: messages that leave for the bound
+/// stop keeping their segments, so the log stays near the bound while eight times as much is
+/// sent, and a restart after `kill -9` brings back the same history (the rule applied again
+/// to what the log holds).
+#[test]
+fn events_store_size_retention_frees_segments_and_the_same_history_comes_back_after_kill_9() {
+    let store = TempStore::new("size");
+    let args = ["--store-dir", store.arg(), "--store-segment-bytes", "65536", "--store-retention-mb", "1", "--store-sync", "write"];
+    let dest = "/topic-store/persist.size";
+    let sent = 8000; // 8 MiB of records in 64 KiB segments: about 130 of them
+    let body = |i: usize| format!("s{i:05}{}", "x".repeat(1000));
+    let gw = Gateway::spawn(&args, None);
+    let mut p = connected(&gw);
+    send_receipted(&mut p, dest, (0..sent).map(body));
+    let mut c = connected(&gw);
+    let before = replay_all(&mut c, "a", dest);
+    // 1 MiB of messages counted at about 1.4 KiB each (body, id, tags, per-message overhead).
+    assert!((500..1000).contains(&before.len()), "{} held", before.len());
+    assert_eq!(before.last().map(|m| m.0), Some(sent as u64));
+    assert!(before.windows(2).all(|w| w[1].0 == w[0].0 + 1), "the newest, contiguous");
+    assert_eq!(before.last().unwrap().2, body(sent - 1));
+    // Live: 1 MiB of records, 16 segments; compaction starts past 4 more, and the active
+    // segment and copies not yet freed come on top.
+    let left = eventually_at_most(&store.0, 24);
+    assert!(left <= 24, "segments of trimmed messages are deleted: {left} left");
+    drop((p, c));
+    gw.stop(); // SIGKILL
+
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    let after = replay_all(&mut c, "b", dest);
+    assert_eq!(after, before, "the same history, sequences, timestamps and bodies");
+    let mut p = connected(&gw);
+    send_receipted(&mut p, dest, std::iter::once("next".to_string()));
+    let next = stamped(&c.read_messages(1));
+    assert_eq!((next[0].0, next[0].2.as_str()), (sent as u64 + 1, "next"), "sequences go on");
+}
+
 /// The binary started in `cwd` with `args` (no `--store-dir` unless given), listening on a
 /// free STOMP port: the default store directory is relative to it.
 fn spawn_in(cwd: &Path, args: &[&str]) -> std::process::Child {

@@ -18,6 +18,17 @@ use crate::mesh::msg::{CoreId, CoreMsg};
 pub use crate::mesh::topology::owner_of;
 use crate::model::{Channel, Pattern};
 
+/// What a message held in memory costs beside its body and strings: the `Message` and its
+/// `Arc`, the tag vector, allocator rounding (measured: about 1.3 KiB a 1 KiB message).
+const MESSAGE_OVERHEAD: usize = 256;
+
+/// The memory a message held in memory is counted for: against the queues' cache budget
+/// (`queue`, "Bodies on disk") and the Events-Store's history bound (`store`, "Retention").
+pub fn footprint(msg: &crate::model::Message) -> usize {
+    let tags: usize = msg.tags.iter().map(|(k, v)| k.len() + v.len() + 64).sum();
+    msg.body.len() + msg.metadata.len() + msg.id.len() + msg.client_id.len() + tags + MESSAGE_OVERHEAD
+}
+
 /// Messages a shard operation produced, in order.
 pub type Outbox = Vec<(CoreId, CoreMsg)>;
 

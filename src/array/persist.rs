@@ -30,8 +30,9 @@
 //! A segment can be deleted once recovery needs nothing in it. Recovery needs a message
 //! record while its message is live: a queue message not yet gone for good (no `Ack` or
 //! `DeadLetter`), an Events-Store message of a channel not deleted and within retention
-//! (`--store-retention-min`; the newest expired message of a channel whose messages all
-//! expired stays live, as the anchor of its sequence: see `store.rs`, "Retention"). Every other record only matters
+//! (`--store-retention-min` and `--store-retention-mb`; the newest expired message of a
+//! channel whose messages all expired stays live, as the anchor of its sequence: see
+//! `store.rs`, "Retention"). Every other record only matters
 //! while the message it names is on disk: a `Requeue` or a settlement of a message whose
 //! record was deleted is an orphan, ignored; a `StoreDelete` only drops messages logged before
 //! it. So only message records are counted.

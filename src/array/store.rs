@@ -15,9 +15,33 @@
 //! sequence, which [`Store::restore`] folds into one), so an idle channel holds at most one
 //! record in the active segment instead of pinning the old ones. The next message on the
 //! channel, or its deletion, releases the anchor.
+//!
+//! # Size retention (`--store-retention-mb`)
+//! The history is held in memory, so it is also bounded by size: each core holds at most its
+//! share of `--store-retention-mb` of messages (by [`footprint`], plus their place in the
+//! stamping order), and past it the oldest messages of the core leave first, whatever their
+//! channel, as if their age had run out (same rules: not replayed, their records stop keeping
+//! segments, sequences go on). Without it any client could make the process hold everything
+//! it sent for the whole age retention (a day by default). A channel always keeps its newest
+//! message (so `last` still works and no anchor is needed); those count against the bound
+//! like the others, so past it a core holds at most one message per channel more.
+//!
+//! Oldest-first across channels takes one queue of (channel, generation, sequence) in the
+//! order the core stamped them, [`Store::order`]: the front is the oldest held message unless
+//! its entry went stale (the message expired by age, or its channel was deleted; a channel's
+//! generation tells a recreated channel from the deleted one). Stale entries are skipped when
+//! met, and the queue is compacted once it is over twice the held messages
+//! ([`Store::prune_order`]), so it costs O(1) per message amortized. A channel's newest message
+//! met at the front while it is the channel's only one loses its entry and gets it back, at
+//! the front (it is older than everything stamped since), when a newer message arrives
+//! (`StoreChannel::newest_unordered`).
+//!
+//! No record says a message left for size: a restart applies the same rule to what the log
+//! brought back (oldest first by timestamp), so the history comes back as it was, unless the
+//! bound or the core count changed.
 use super::events::{Events, Interest};
 use super::persist::{Journal, LogEpoch};
-use super::Outbox;
+use super::{footprint, Outbox};
 use crate::mesh::msg::{CoreMsg, StartAt, SubList, SubRef};
 use crate::model::{Channel, Message, Pattern};
 use ahash::AHashMap;
@@ -94,6 +118,13 @@ impl StoreLog for MemoryLog {
 
 #[derive(Default)]
 struct StoreChannel {
+    /// The channel's name, a copy of its own (the map's key and every `order` entry share it).
+    name: Channel,
+    /// Tells this channel from an earlier one of the same name in `Store::order`.
+    generation: u32,
+    /// Its newest (and only) message lost its `order` entry: it gets one when a newer message
+    /// arrives (see "Size retention").
+    newest_unordered: bool,
     log: MemoryLog,
     live: Events,
     /// Where the records it keeps live are in the core's log: (epoch, messages) runs, in
@@ -135,24 +166,31 @@ impl StoreChannel {
         }
     }
 
-    /// Drops the messages stamped before `cutoff_ns`; see "Retention" for the anchor.
-    fn expire(&mut self, cutoff_ns: i64, journal: &mut Journal) {
+    /// Drops the messages stamped before `cutoff_ns`; see "Retention" for the anchor. Returns
+    /// how many left and the bytes they were held for ([`held_size`]).
+    fn expire(&mut self, cutoff_ns: i64, journal: &mut Journal) -> (usize, usize) {
         let k = self.log.older_than(cutoff_ns);
         if k == 0 {
             self.reanchor(journal);
-            return;
+            return (0, 0);
         }
-        let newest = self.log.messages.drain(..k).next_back().expect("k > 0");
+        let (mut freed, mut newest) = (0, None);
+        for msg in self.log.messages.drain(..k) {
+            freed += held_size(&msg);
+            newest = Some(msg);
+        }
+        let newest = newest.expect("k > 0");
         let anchor = u64::from(self.anchor.is_some());
         if !self.log.messages.is_empty() || !journal.is_enabled() {
             self.release(anchor + k as u64, journal);
             self.anchor = None;
-            return;
+            return (k, freed);
         }
         // Everything expired: the newest expired message becomes the anchor.
         self.release(anchor + k as u64 - 1, journal);
         self.anchor = Some(newest);
         self.reanchor(journal);
+        (k, freed)
     }
 
     /// Sets the epoch of the message at `at` (its position in the log) to `to`, splitting its
@@ -216,13 +254,55 @@ pub struct CompactCursor {
     pos: usize,
 }
 
-#[derive(Default)]
+/// One held message in the core's stamping order: channel, its generation, sequence.
+type Stamped = (Channel, u32, u64);
+
+/// What a held message is counted for beyond its [`footprint`]: its `order` entry, which the
+/// compaction bound lets take up to twice its size.
+const ORDER_BYTES: usize = 2 * std::mem::size_of::<Stamped>();
+
+/// Stale `order` entries allowed beyond twice the held messages before it is compacted.
+const ORDER_SLACK: usize = 1024;
+
+/// The bytes a held message counts for against the size bound.
+fn held_size(msg: &Message) -> usize {
+    footprint(msg) + ORDER_BYTES
+}
+
 pub struct Store {
     channels: AHashMap<Channel, StoreChannel>,
     /// What the core must write to its log (disabled without a store directory).
     pub journal: Journal,
     /// How long a message stays, in ns (`--store-retention-min`); 0 = for ever.
     retention_ns: i64,
+    /// Bytes of held messages past which the oldest leave (this core's share of
+    /// `--store-retention-mb`, see "Size retention"); `usize::MAX` = no bound (and no `order`).
+    max_bytes: usize,
+    /// The messages the channels hold (anchors aside), and the bytes they count for.
+    held: usize,
+    held_bytes: usize,
+    /// The held messages in the order they were stamped, oldest first, with stale entries.
+    order: VecDeque<Stamped>,
+    /// The last generation given to a channel.
+    generations: u32,
+    /// Messages that left for the size bound, ever.
+    trimmed: u64,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store {
+            channels: AHashMap::new(),
+            journal: Journal::default(),
+            retention_ns: 0,
+            max_bytes: usize::MAX,
+            held: 0,
+            held_bytes: 0,
+            order: VecDeque::new(),
+            generations: 0,
+            trimmed: 0,
+        }
+    }
 }
 
 impl Store {
@@ -236,6 +316,87 @@ impl Store {
     pub fn with_retention_min(mut self, minutes: u64) -> Self {
         self.retention_ns = i64::try_from(minutes.saturating_mul(60_000_000_000)).unwrap_or(i64::MAX);
         self
+    }
+
+    /// Holds at most `bytes` of messages (this core's share of `--store-retention-mb`; see
+    /// "Size retention"); 0 = no bound. Set before [`Store::restore`], which applies it.
+    pub fn with_max_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = if bytes == 0 { usize::MAX } else { bytes };
+        self
+    }
+
+    /// The bytes the held messages count for against the size bound, and how many messages
+    /// left for it, ever.
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
+    }
+
+    pub fn trimmed(&self) -> u64 {
+        self.trimmed
+    }
+
+    /// The channel named `name`, made (with a copy of the name) if it is new.
+    fn add_channel(&mut self, name: &Channel) {
+        if !self.channels.contains_key(name) {
+            self.generations = self.generations.wrapping_add(1);
+            let name = Channel(bytes::Bytes::copy_from_slice(&name.0));
+            self.channels.insert(name.clone(), StoreChannel { name, generation: self.generations, ..StoreChannel::default() });
+        }
+    }
+
+    fn ordered(&self) -> bool {
+        self.max_bytes != usize::MAX
+    }
+
+    /// Drops the oldest held messages of the core while they count for more than the bound
+    /// (see "Size retention").
+    fn trim(&mut self) {
+        while self.held_bytes > self.max_bytes {
+            let Some((name, generation, seq)) = self.order.pop_front() else { break };
+            let Some(ch) = self.channels.get_mut(&name) else { continue };
+            if ch.generation != generation || ch.log.messages.front().map(|m| m.sequence) != Some(seq) {
+                continue; // stale: the message left already
+            }
+            if ch.log.messages.len() == 1 {
+                ch.newest_unordered = true;
+                continue;
+            }
+            let msg = ch.log.messages.pop_front().expect("front checked");
+            ch.release(1, &mut self.journal);
+            self.held -= 1;
+            self.held_bytes -= held_size(&msg);
+            self.trimmed += 1;
+        }
+        self.prune_order();
+    }
+
+    /// Drops the stale entries of `order` once it is over twice the held messages (plus
+    /// [`ORDER_SLACK`]): one pass over it every so many messages, O(1) each amortized.
+    fn prune_order(&mut self) {
+        if self.order.len() <= 2 * self.held + ORDER_SLACK {
+            return;
+        }
+        let channels = &self.channels;
+        self.order.retain(|(name, generation, seq)| {
+            channels.get(name).is_some_and(|ch| ch.generation == *generation && ch.log.messages.front().is_some_and(|m| m.sequence <= *seq))
+        });
+    }
+
+    /// Counts what `restore` brought back and puts it in stamping order (timestamps, then
+    /// sequences), then applies the size bound.
+    fn restored(&mut self) {
+        self.held = self.channels.values().map(|ch| ch.log.messages.len()).sum();
+        self.held_bytes = self.channels.values().flat_map(|ch| ch.log.messages.iter()).map(|m| held_size(m)).sum();
+        if !self.ordered() {
+            return;
+        }
+        let mut order: Vec<(i64, Stamped)> = Vec::with_capacity(self.held);
+        for ch in self.channels.values() {
+            order.extend(ch.log.messages.iter().map(|m| (m.timestamp_ns, (ch.name.clone(), ch.generation, m.sequence))));
+        }
+        order.sort_unstable_by_key(|(ts, (_, _, seq))| (*ts, *seq));
+        self.order = order.into_iter().map(|(_, e)| e).collect();
+        self.trim();
     }
 
     /// Restores channels from a log's replay; returns how many messages came back. A
@@ -257,7 +418,8 @@ impl Store {
                 }
             }
             restored += kept.len();
-            let mut ch = StoreChannel::default();
+            self.generations = self.generations.wrapping_add(1);
+            let mut ch = StoreChannel { name: name.clone(), generation: self.generations, ..StoreChannel::default() };
             let mut messages = Vec::with_capacity(kept.len());
             for (msg, epoch) in kept {
                 self.journal.recovered(epoch, super::persist::stored_len(&msg));
@@ -267,6 +429,7 @@ impl Store {
             ch.log = MemoryLog::restored(messages);
             self.channels.insert(name, ch);
         }
+        self.restored();
         restored
     }
 
@@ -335,15 +498,22 @@ impl Store {
         }
         let cutoff = now_ns.saturating_sub(self.retention_ns);
         for ch in self.channels.values_mut() {
-            ch.expire(cutoff, &mut self.journal);
+            let (n, bytes) = ch.expire(cutoff, &mut self.journal);
+            self.held -= n;
+            self.held_bytes -= bytes;
         }
+        self.prune_order();
     }
 
     /// Appends (stamping sequence and time) and delivers to live subscribers: the sequence
     /// it got, or `None` when the persistent store has no room for it (nothing appended).
+    /// The history keeps its own compact copy of the message (`Message::compacted`), so that
+    /// what it holds is what the size bound counts.
     pub fn publish(&mut self, msg: Arc<Message>, now_ns: i64, cores: usize, out: &mut Outbox) -> Option<u64> {
-        let ch = self.channels.entry(msg.channel.clone()).or_default();
-        let mut stamped = Arc::unwrap_or_clone(msg);
+        self.add_channel(&msg.channel);
+        let ch = self.channels.get_mut(&msg.channel).expect("added above");
+        let mut stamped = msg.compacted(ch.name.clone());
+        drop(msg);
         stamped.sequence = ch.log.last_seq() + 1;
         stamped.timestamp_ns = now_ns;
         let stamped = Arc::new(stamped);
@@ -352,8 +522,20 @@ impl Store {
         if self.journal.is_enabled() {
             ch.logged(epoch);
         }
+        if self.max_bytes != usize::MAX {
+            if std::mem::take(&mut ch.newest_unordered) {
+                if let Some(prev) = ch.log.messages.back() {
+                    // Older than every message stamped since it lost its entry.
+                    self.order.push_front((ch.name.clone(), ch.generation, prev.sequence));
+                }
+            }
+            self.order.push_back((ch.name.clone(), ch.generation, stamped.sequence));
+        }
         let seq = ch.log.append(Arc::clone(&stamped));
+        self.held += 1;
+        self.held_bytes += held_size(&stamped);
         ch.live.publish(Pattern::EventsStore, &stamped, cores, out);
+        self.trim();
         Some(seq)
     }
 
@@ -361,7 +543,8 @@ impl Store {
     /// and live tail are emitted by this single owner in order, so nothing is missed or
     /// repeated between them.
     pub fn subscribe(&mut self, channel: Channel, interest: Interest, start: StartAt, now_ns: i64, out: &mut Outbox) {
-        let ch = self.channels.entry(channel.clone()).or_default();
+        self.add_channel(&channel);
+        let ch = self.channels.get_mut(&channel).expect("added above");
         let last = ch.log.last_seq();
         let from = match start {
             StartAt::NewOnly => last + 1,
@@ -394,6 +577,8 @@ impl Store {
         if self.channels.get(channel).is_some_and(|ch| ch.live.is_empty()) {
             if let Some(mut ch) = self.channels.remove(channel) {
                 self.journal.store_deleted(channel, ch.epochs.make_contiguous());
+                self.held -= ch.log.messages.len();
+                self.held_bytes -= ch.log.messages.iter().map(|m| held_size(m)).sum::<usize>();
             }
         }
     }
@@ -634,6 +819,129 @@ mod tests {
         assert_eq!((s.journal.oldest_live(), s.journal.live_messages()), (Some(LogEpoch(3)), 1), "the anchor");
         let mut out = Outbox::new();
         assert_eq!(s.publish(msg("y"), 10 * MIN, 1, &mut out), Some(3));
+    }
+
+    fn on(channel: &'static str, body: &'static str) -> Arc<Message> {
+        Arc::new(Message { channel: Channel::from_static(channel), ..(*msg(body)).clone() })
+    }
+
+    fn replayed_on(s: &mut Store, channel: &'static str) -> Vec<u64> {
+        let ch = Channel::from_static(channel);
+        let mut out = Outbox::new();
+        s.subscribe(ch.clone(), interest(), StartAt::First, 0, &mut out);
+        s.unsubscribe(&ch, interest().sub);
+        seqs(&out)
+    }
+
+    /// "Size retention": past the bound the core's oldest messages leave first, whatever their
+    /// channel; sequences go on, replays start at the oldest kept, and a channel keeps its
+    /// newest message.
+    #[test]
+    fn past_the_size_bound_the_oldest_messages_of_the_core_leave_first() {
+        let each = held_size(&on("a", "x").compacted(Channel::from_static("a")));
+        let mut s = Store::default().with_max_bytes(4 * each);
+        let mut out = Outbox::new();
+        for (i, channel) in ["a", "b", "a", "b"].into_iter().enumerate() {
+            s.publish(on(channel, "x"), i as i64, 1, &mut out);
+        }
+        assert_eq!((s.held_bytes(), s.trimmed()), (4 * each, 0), "at the bound, nothing leaves");
+        s.publish(on("b", "x"), 4, 1, &mut out); // a1 is the oldest
+        assert_eq!((replayed_on(&mut s, "a"), replayed_on(&mut s, "b")), (vec![2], vec![1, 2, 3]));
+        s.publish(on("b", "x"), 5, 1, &mut out); // b1, then a2 (a's newest: kept)
+        s.publish(on("b", "x"), 6, 1, &mut out);
+        assert_eq!((replayed_on(&mut s, "a"), replayed_on(&mut s, "b")), (vec![2], vec![3, 4, 5]));
+        assert!(s.held_bytes() <= 4 * each, "{} > {}", s.held_bytes(), 4 * each);
+        assert_eq!(s.trimmed(), 3);
+        // a's newest is trimmed once a newer one arrives, before b's older ones.
+        s.publish(on("a", "x"), 7, 1, &mut out);
+        assert_eq!((replayed_on(&mut s, "a"), replayed_on(&mut s, "b")), (vec![3], vec![3, 4, 5]));
+        assert_eq!(s.last_seq(&Channel::from_static("b")), 5, "sequences go on");
+        assert_eq!(s.stats().iter().map(|c| c.messages).sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn without_a_bound_nothing_leaves_for_size_and_no_order_is_kept() {
+        let mut s = Store::default().with_max_bytes(0);
+        let mut out = Outbox::new();
+        for i in 0..1000 {
+            s.publish(on("a", "x"), i, 1, &mut out);
+        }
+        assert_eq!((replayed_on(&mut s, "a").len(), s.trimmed(), s.order.len()), (1000, 0, 0));
+    }
+
+    /// Entries of messages that left by age or with their channel are pruned, and a recreated
+    /// channel is not trimmed through its predecessor's entries.
+    #[test]
+    fn the_order_stays_within_twice_the_held_messages_through_expiry_and_deletion() {
+        let mut s = Store::default().with_retention_min(1).with_max_bytes(1 << 30);
+        let mut out = Outbox::new();
+        for round in 0..20i64 {
+            for i in 0..1000 {
+                s.publish(on("a", "x"), round * 2 * MIN + i, 1, &mut out);
+                s.publish(on("gone", "x"), round * 2 * MIN + i, 1, &mut out);
+            }
+            s.delete(&Channel::from_static("gone"));
+            s.expire(round * 2 * MIN + MIN); // this round's "a" messages stay, older ones go
+            assert_eq!(s.held, 1000);
+            assert!(s.order.len() <= 2 * s.held + ORDER_SLACK, "round {round}: {} entries", s.order.len());
+        }
+    }
+
+    /// A deleted channel's entries name its generation: the recreated channel (sequences from
+    /// 1 again) is not trimmed through them.
+    #[test]
+    fn a_recreated_channel_is_not_trimmed_through_its_predecessors_entries() {
+        let each = held_size(&on("a", "x").compacted(Channel::from_static("a")));
+        let mut s = Store::default().with_max_bytes(3 * each);
+        let mut out = Outbox::new();
+        for channel in ["gone", "a", "a"] {
+            s.publish(on(channel, "x"), 0, 1, &mut out);
+        }
+        s.delete(&Channel::from_static("gone"));
+        s.publish(on("gone", "x"), 1, 1, &mut out);
+        s.publish(on("gone", "x"), 1, 1, &mut out); // over the bound: a1 is the oldest held
+        assert_eq!((replayed_on(&mut s, "gone"), replayed_on(&mut s, "a")), (vec![1, 2], vec![2]));
+    }
+
+    /// Trimmed messages stop keeping their segments, as expired ones do; a restart applies the
+    /// bound again to what the log brought back, oldest first over every channel.
+    #[test]
+    fn trimmed_messages_free_their_records_and_a_restore_applies_the_bound_again() {
+        let each = held_size(&on("a", "x").compacted(Channel::from_static("a")));
+        let mut s = Store::default().with_journal().with_max_bytes(3 * each);
+        s.journal.set_epoch(LogEpoch(1));
+        let mut out = Outbox::new();
+        for (i, channel) in ["a", "b", "a", "b", "a"].into_iter().enumerate() {
+            s.publish(on(channel, "x"), i as i64, 1, &mut out);
+        }
+        assert_eq!(s.journal.live_messages(), 3, "the two oldest left and are no longer live");
+        let at = |seq: u64, ts: i64| (Arc::new(Message { sequence: seq, timestamp_ns: ts, ..(*msg("x")).clone() }), LogEpoch(1));
+        let mut r = Store::default().with_journal().with_max_bytes(3 * each);
+        let logged = [(Channel::from_static("a"), vec![at(1, 0), at(2, 2), at(3, 4)]), (Channel::from_static("b"), vec![at(1, 1), at(2, 3)])];
+        assert_eq!(r.restore(logged.into_iter()), 5);
+        assert_eq!((replayed_on(&mut r, "a"), replayed_on(&mut r, "b")), (vec![2, 3], vec![2]));
+        assert_eq!((r.held, r.held_bytes(), r.journal.live_messages()), (3, 3 * each, 3));
+    }
+
+    #[test]
+    fn the_history_holds_a_compact_copy_not_the_senders_buffer() {
+        let frame = Bytes::from(vec![b'z'; 64 * 1024]);
+        let big = Arc::new(Message {
+            id: frame.slice(0..2),
+            body: frame.slice(2..10),
+            tags: crate::model::Tags(vec![(frame.slice(10..11), frame.slice(11..12))]),
+            ..(*msg("x")).clone()
+        });
+        let mut s = Store::default();
+        let mut out = Outbox::new();
+        s.subscribe(Channel::from_static("audit"), interest(), StartAt::NewOnly, 0, &mut out);
+        s.publish(big, 1, 1, &mut out);
+        let CoreMsg::Deliver { msg: kept, .. } = &out[0].1 else { panic!() };
+        assert_eq!((&kept.id[..], &kept.body[..], &kept.tags.0[0].0[..]), (&b"zz"[..], &b"zzzzzzzz"[..], &b"z"[..]));
+        let range = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
+        for field in [&kept.id, &kept.body, &kept.tags.0[0].1, &kept.channel.0] {
+            assert!(!range.contains(&(field.as_ptr() as usize)), "a field still points into the sender's buffer");
+        }
     }
 
     #[test]

@@ -359,6 +359,14 @@ pub(super) struct Cli {
     /// Env STORE_MAX_RETENTION (KubeMQ's name). TOML key: store_retention_min.
     #[arg(long, value_name = "MINUTES", allow_negative_numbers = true)]
     pub(super) store_retention_min: Option<String>,
+    /// Events-Store size retention in MiB over every core (each core taking an equal share;
+    /// default 512): the history is held in memory, and past this the oldest messages of a
+    /// core leave first, whatever their channel, as if their age had run out (a channel always
+    /// keeps its newest message). Applies with and without a store directory. 0 = no bound:
+    /// then any client can make the process hold everything it sends for the whole age
+    /// retention. Env STOMPGATE_STORE_RETENTION_MB. TOML key: store_retention_mb.
+    #[arg(long, value_name = "MIB", allow_negative_numbers = true)]
+    pub(super) store_retention_mb: Option<String>,
     /// Memory for queued message contents with a store, in MiB over every core (each core
     /// taking an equal share; default 256): past it, a queue backlog's written messages keep
     /// only a 64-byte index entry in memory and their contents are read back from the log
@@ -430,6 +438,7 @@ mod tests {
             env::STORE_SYNC_INTERVAL_US,
             env::STORE_MAX_BYTES,
             env::STORE_MAX_RETENTION,
+            env::STORE_RETENTION_MB,
             env::STORE_CACHE_MB,
         ] {
             assert!(help.contains(name), "help lacks {name}");

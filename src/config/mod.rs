@@ -147,6 +147,10 @@ pub struct StoreConfig {
     /// KubeMQ's): older messages leave their channel; 0 = kept for ever. Applies with and
     /// without a store directory.
     pub retention_min: u64,
+    /// Events-Store size retention in MiB over every core (`--store-retention-mb`): the oldest
+    /// messages of a core leave past its share (`array::store`, "Size retention"); 0 = none.
+    /// Applies with and without a store directory.
+    pub retention_mb: u64,
     /// What a persistent SEND's RECEIPT waits for.
     pub sync: StoreSync,
     /// Shortest time between two syncs of one core's log, in µs: records that arrive in
@@ -175,9 +179,21 @@ pub enum StoreSync {
 impl Default for StoreConfig {
     /// Off (see [`Config::store`]); the command line's default directory is [`DEFAULT_STORE_DIR`].
     fn default() -> Self {
-        StoreConfig { dir: None, retention_min: 1440, sync: StoreSync::Fsync, sync_interval_us: 200, max_bytes: 0, segment_bytes: 64 << 20, cache_mb: 256 }
+        StoreConfig {
+            dir: None,
+            retention_min: 1440,
+            retention_mb: DEFAULT_RETENTION_MB,
+            sync: StoreSync::Fsync,
+            sync_interval_us: 200,
+            max_bytes: 0,
+            segment_bytes: 64 << 20,
+            cache_mb: 256,
+        }
     }
 }
+
+/// `--store-retention-mb`'s default: half a GiB of Events-Store history over every core.
+pub const DEFAULT_RETENTION_MB: u64 = 512;
 
 /// The command line's store directory when none is given: KubeMQ's default store path.
 pub const DEFAULT_STORE_DIR: &str = "./store";

@@ -182,6 +182,10 @@ impl Config {
             None => d.retention_min,
             Some((raw, source)) => parse_uint(&raw, source, 0)?,
         };
+        let retention_mb = match src.pick("store-retention-mb", &cli.store_retention_mb, Some(env::STORE_RETENTION_MB), "store_retention_mb") {
+            None => d.retention_mb,
+            Some((raw, source)) => parse_uint(&raw, source, 0)?,
+        };
         let sync = match src.pick("store-sync", &cli.store_sync, Some(env::STORE_SYNC), "store_sync") {
             None => d.sync,
             Some((raw, source)) => match text(&raw, source)?.trim() {
@@ -207,7 +211,7 @@ impl Config {
             None => d.cache_mb,
             Some((raw, source)) => parse_uint(&raw, source, 0)?,
         };
-        Ok(StoreConfig { dir, retention_min, sync, sync_interval_us, max_bytes, segment_bytes, cache_mb })
+        Ok(StoreConfig { dir, retention_min, retention_mb, sync, sync_interval_us, max_bytes, segment_bytes, cache_mb })
     }
 
     /// `--grpc-tls-cert` and `--grpc-tls-key`: both or neither, each a readable file.

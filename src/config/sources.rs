@@ -63,10 +63,12 @@ pub mod env {
     /// Events-Store retention in minutes: KubeMQ's own name (`Store.MaxRetention`).
     pub const STORE_MAX_RETENTION: &str = "STORE_MAX_RETENTION";
     pub const STORE_CACHE_MB: &str = "STOMPGATE_STORE_CACHE_MB";
+    /// Events-Store size retention: KubeMQ bounds each channel instead, so the name is ours.
+    pub const STORE_RETENTION_MB: &str = "STOMPGATE_STORE_RETENTION_MB";
 }
 
 /// Keys accepted in the `--config` TOML file: the flag names with `-` → `_`.
-pub const TOML_KEYS: [&str; 58] = [
+pub const TOML_KEYS: [&str; 59] = [
     "stomp_addr",
     "stomp_tls_addr",
     "tls_cert",
@@ -110,6 +112,7 @@ pub const TOML_KEYS: [&str; 58] = [
     "store_sync_interval_us",
     "store_max_bytes",
     "store_retention_min",
+    "store_retention_mb",
     "store_cache_mb",
     "amqp_addr",
     "amqp_max_frame_size",

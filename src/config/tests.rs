@@ -598,6 +598,18 @@ fn store_retention_from_flag_env_and_file() {
     assert!(e.starts_with("invalid store_retention_min in ") && e.ends_with("expected an integer, found a string"), "{e}");
 }
 
+#[test]
+fn store_size_retention_from_flag_env_and_file() {
+    assert_eq!(parse(&[]).unwrap().store.retention_mb, 512, "half a GiB by default");
+    assert_eq!(parse(&["--store-retention-mb", "0"]).unwrap().store.retention_mb, 0, "0 = no bound");
+    assert_eq!(parse_env(&["--store-retention-mb", "5"], &[("STOMPGATE_STORE_RETENTION_MB", "60")]).unwrap().store.retention_mb, 5, "flag over env");
+    let file = TempToml::new("store_retention_mb = 90\n");
+    assert_eq!(parse(&["--config", file.path()]).unwrap().store.retention_mb, 90);
+    assert_eq!(parse_env(&["--config", file.path()], &[("STOMPGATE_STORE_RETENTION_MB", "7")]).unwrap().store.retention_mb, 7, "env over file");
+    let e = err(&["--store-retention-mb", "-1"], &[]);
+    assert_eq!(e, "invalid --store-retention-mb: \"-1\" is not a non-negative whole number");
+}
+
 /// The store is the embedded array's: a gateway in front of a remote array has none by
 /// default (it must not create or lock ./store), and a directory given to one is an error.
 #[test]

@@ -98,7 +98,8 @@ impl Core {
             None => {
                 let mut shard = Shard::new(id, cores, std::time::Duration::from_secs(cfg.queue_ack_timeout_s))
                     .with_queue_depth_limit(cfg.queue_max_messages, cfg.queue_max_bytes);
-                shard.store = std::mem::take(&mut shard.store).with_retention_min(cfg.store.retention_min);
+                let history = usize::try_from(cfg.store.retention_mb.saturating_mul(1 << 20) / cores.max(1) as u64).unwrap_or(usize::MAX);
+                shard.store = std::mem::take(&mut shard.store).with_retention_min(cfg.store.retention_min).with_max_bytes(history);
                 if let Some(opened) = store {
                     shard.queues = shard.queues.with_journal();
                     shard.store = std::mem::take(&mut shard.store).with_journal();
@@ -367,6 +368,8 @@ impl Core {
         if let Backend::Embedded(shard) = &self.backend {
             let shard = shard.borrow();
             t.queue_sends_refused.absolute(shard.queues.refused_total());
+            t.events_store_history_bytes.set(shard.store.held_bytes() as f64);
+            t.events_store_trimmed.absolute(shard.store.trimmed());
             let stats = shard.queues.stats();
             t.queue_depths.publish(stats.iter().map(|c| (&c.name, c.waiting)));
             if let Some(d) = &self.durable {
