@@ -16,7 +16,8 @@
 #                                (receipt every 1000), queue 2->2 (receipt every 1000), connect
 #                                (4 workers); amqp-fanout and amqp-queue are the same loads over
 #                                AMQP 1.0 (scripts/amqp-bench.sh), to each gateway's AMQP
-#                                listener on PORT+20 (A) / PORT+21 (B); idle holds
+#                                listener on PORT+20 (A) / PORT+21 (B); amqp-store-fanout is
+#                                amqp-fanout to an Events-Store channel (events-store/); idle holds
 #                                IDLE_CONNECTIONS connections and reports the gateway's RSS per
 #                                connection (e.g. IDLE_CONNECTIONS=19000 CASES=idle)
 #   DURATION_S=8 WARMUP_S=2      measured window and warm-up per run
@@ -115,7 +116,10 @@ for round in $(seq 1 "$ROUNDS"); do
             listen=(--ws-addr off)
             amqp=()
             [ -n "${HAS_AMQP[$side]}" ] && amqp=(--amqp-addr "127.0.0.1:$((port + 20))")
-            case "$case" in amqp-*) via=(--port "$((port + 20))" --amqp-topic-prefix events/ --amqp-queue-prefix queues/) ;; esac
+            case "$case" in
+            amqp-store-*) via=(--port "$((port + 20))" --amqp-topic-prefix events-store/ --amqp-queue-prefix queues/) ;;
+            amqp-*) via=(--port "$((port + 20))" --amqp-topic-prefix events/ --amqp-queue-prefix queues/) ;;
+            esac
             if [ "${TRANSPORT:-tcp}" = ws ]; then
                 via=(--ws --port "$((port + 10))")
                 listen=(--ws-addr "127.0.0.1:$((port + 10))")

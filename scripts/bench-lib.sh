@@ -17,6 +17,8 @@ bench_case_args() {
     # AMQP 1.0: the same loads; add the broker's --amqp-topic-prefix/--amqp-queue-prefix.
     amqp-fanout) echo "fanout --protocol amqp --subscribers 4 --rate 0" ;;
     amqp-queue) echo "queue --protocol amqp --producers 2 --consumers 2 --rate 0 --receipt-every 1000" ;;
+    # amqp-fanout to an Events-Store channel (ab.sh gives the events-store/ prefix).
+    amqp-store-fanout) echo "fanout --protocol amqp --subscribers 4 --rate 0" ;;
     connect) echo "connect --workers 4" ;;
     idle) echo "idle --connections ${IDLE_CONNECTIONS:?} --workers 4" ;;
     *) echo "$(basename "$0"): unknown case $1" >&2; exit 2 ;;
