@@ -121,8 +121,18 @@ impl Message {
     /// kept for long (an Events-Store history) would pin the whole buffer, whatever else it
     /// held; this copy costs one allocation and pins only the message's own bytes.
     pub fn compacted(&self, channel: Channel) -> Message {
+        self.compacted_with(Some(channel))
+    }
+
+    /// [`Message::compacted`] with the channel's name in the same allocation.
+    pub fn compacted_whole(&self) -> Message {
+        self.compacted_with(None)
+    }
+
+    fn compacted_with(&self, channel: Option<Channel>) -> Message {
         let tag_bytes: usize = self.tags.iter().map(|(k, v)| k.len() + v.len()).sum();
-        let fields = [&self.id, &self.client_id, &self.metadata, &self.body];
+        let name: &[u8] = if channel.is_some() { &[] } else { &self.channel.0 };
+        let fields: [&[u8]; 5] = [&self.id, name, &self.client_id, &self.metadata, &self.body];
         let mut all = Vec::with_capacity(fields.iter().map(|f| f.len()).sum::<usize>() + tag_bytes);
         for f in fields {
             all.extend_from_slice(f);
@@ -141,8 +151,10 @@ impl Message {
                 all.slice(at - len..at)
             }
         };
+        let id = next(self.id.len());
+        let channel = channel.unwrap_or_else(|| Channel(next(name.len())));
         Message {
-            id: next(self.id.len()),
+            id,
             channel,
             client_id: next(self.client_id.len()),
             metadata: next(self.metadata.len()),

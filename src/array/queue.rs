@@ -57,6 +57,33 @@
 //!
 //! Only messages inside a queue's `ready` list are dropped from memory: delayed messages and
 //! messages in flight keep theirs (both are bounded by what senders delay and by prefetch).
+//!
+//! # Removing pulls
+//! A removing pull (gRPC `ReceiveQueueMessages`, not a peek) takes its messages out of the
+//! queue when it is answered, but journals their removal only [`REMOVAL_GRACE`] (100 ms) later,
+//! on the core's tick. Journaled at once, the removal could be on disk before the answer had
+//! left the process (the answer goes to the gRPC thread, the record to the next commit,
+//! ~0.5 ms away): a `kill -9` between them lost the messages, taken from the queue and never
+//! received (seen in a CI run of `tests/persistence_grpc_crash.rs`: the two messages of the
+//! pull in flight at the kill). Now a crash within the grace brings them back after the
+//! restart (at-least-once: a duplicate, as for a pulled message whose removal record had not
+//! reached the disk). A pull whose asker is gone before the answer puts its messages back at
+//! the head, as a reserving pull's. A deleted queue journals its pending removals first (a
+//! new queue of the same name starts its sequences again). A clean stop does not wait for the
+//! grace either: what was pulled in its last 100 ms comes back after the restart.
+//!
+//! # Waiting messages get their own copy
+//! A message decoded from a connection is a view of that connection's read buffer (the STOMP
+//! decoder is zero-copy), and keeps the whole buffer alive: a 16-byte SEND read along with a
+//! 256 KiB frame holds 256 KiB or more. Measured before this rule: 1,000 such messages waiting
+//! in a queue took 506 MB, which the depth limits (messages, body bytes) do not see. A
+//! message delivered at once is let go soon and costs nothing more; one that waits gets a copy
+//! in one allocation of its own (`Message::compacted_whole`) on the core's next tick: the
+//! entries that arrived at the tail since the previous tick (`QueueChannel::fresh`), so each
+//! is copied at most once and only what still waits after up to 100 ms is. Messages sent to a
+//! queue nobody consumes, delayed messages and messages put back at the head (released, timed
+//! out) are copied when they are put there. What views can pin is then bounded by one tick's arrivals plus what is in flight.
+//! A new queue's name is copied too, not kept as a view of the frame that named it.
 use super::log::segment::SegmentId;
 use super::persist::{Journal, Loc, LogEpoch, Placement, ReadError, ReadRequest, Recovered, RecoveredBody, Replay};
 use super::{footprint, Outbox};
@@ -187,6 +214,9 @@ struct QueueChannel {
     depth_bytes: usize,
     /// SENDs refused at the depth limit.
     refused: u64,
+    /// How many entries at the tail of `ready` arrived since the last tick and may still be
+    /// views of their senders' read buffers (see "Waiting messages get their own copy").
+    fresh: usize,
     /// Lifetime counters for channel management.
     sent: u64,
     bytes: u64,
@@ -255,8 +285,15 @@ impl QueueChannel {
         }
     }
 
-    /// Appends to `ready`, growing the read-ahead window when it reaches the tail.
+    /// Appends an entry that may be a view of its sender's buffer (see "Waiting messages get
+    /// their own copy").
     fn push_back(&mut self, entry: Entry) {
+        self.fresh += 1;
+        self.append(entry);
+    }
+
+    /// Appends to `ready`, growing the read-ahead window when it reaches the tail.
+    fn append(&mut self, entry: Entry) {
         if self.ahead == self.ready.len() && self.ahead < READ_AHEAD_MESSAGES && self.ahead_bytes < READ_AHEAD_BYTES && !matches!(entry.body, Body::Disk(_)) {
             self.ahead += 1;
             self.ahead_bytes += entry.body_len();
@@ -264,8 +301,10 @@ impl QueueChannel {
         self.ready.push_back(entry);
     }
 
-    /// Puts a loaded entry (one that was in flight) back at the head.
-    fn push_front(&mut self, entry: Entry) {
+    /// Puts a loaded entry (one that was in flight) back at the head, as its own copy: it may
+    /// wait there for long (released or timed out; rare).
+    fn push_front(&mut self, mut entry: Entry) {
+        own_copy(&mut entry);
         self.ahead += 1;
         self.ahead_bytes += entry.body_len();
         self.ready.push_front(entry);
@@ -359,6 +398,16 @@ impl QueueChannel {
         self.inflight.values_mut().map(|f| &mut f.entry).find(|e| e.seq == seq)
     }
 
+    /// The tick's part of "Waiting messages get their own copy": the entries that arrived at
+    /// the tail since the last tick and still wait get their own copies.
+    fn own_fresh(&mut self) {
+        let n = std::mem::take(&mut self.fresh).min(self.ready.len());
+        let from = self.ready.len() - n;
+        for entry in self.ready.range_mut(from..) {
+            own_copy(entry);
+        }
+    }
+
     /// Messages held: ready, delayed and in flight.
     fn depth(&self) -> usize {
         self.ready.len() + self.delayed.len() + self.inflight.len()
@@ -400,6 +449,23 @@ impl QueueChannel {
     fn high_water(&self) -> usize {
         let prefetch: usize = self.consumers.iter().map(|c| c.prefetch as usize).sum();
         (prefetch * PACING_WINDOWS).max(MIN_HIGH_WATER)
+    }
+}
+
+/// The queue named `name`, made if it is new, under a copy of the name: the map keeps its key
+/// for the queue's life, and a view would keep the frame that named it alive.
+fn channel_mut<'a>(channels: &'a mut AHashMap<Channel, QueueChannel>, name: &Channel) -> &'a mut QueueChannel {
+    if !channels.contains_key(name) {
+        channels.insert(Channel(bytes::Bytes::copy_from_slice(&name.0)), QueueChannel::default());
+    }
+    channels.get_mut(name).expect("inserted above")
+}
+
+/// Replaces an entry's content in memory by a copy in one allocation of its own, which pins
+/// no sender's read buffer (see "Waiting messages get their own copy").
+fn own_copy(entry: &mut Entry) {
+    if let Body::Mem(msg) = &entry.body {
+        entry.body = Body::Mem(Arc::new(msg.compacted_whole()));
     }
 }
 
@@ -458,6 +524,8 @@ pub struct Queues {
     cache: CacheStats,
     /// Reads of contents on disk for the core to serve, oldest first.
     reads: Vec<ReadRequest>,
+    /// Removing pulls' removals not journaled yet, oldest first (see "Removing pulls").
+    removals: VecDeque<Removal>,
 }
 
 /// Counters a test or a metrics endpoint can read.
@@ -482,6 +550,7 @@ impl Queues {
             journal: Journal::default(),
             cache: CacheStats { budget: usize::MAX, ..CacheStats::default() },
             reads: Vec::new(),
+            removals: VecDeque::new(),
         }
     }
 
@@ -738,7 +807,7 @@ impl Queues {
     /// queue's consumers are behind (see "Producer pacing"). A delayed message waits aside.
     pub fn send(&mut self, msg: Arc<Message>, meta: Option<Box<QueueMeta>>, done: Option<Ticket>, now: Instant, out: &mut Outbox) {
         let channel = msg.channel.clone();
-        let ch = self.channels.entry(channel.clone()).or_default();
+        let ch = channel_mut(&mut self.channels, &channel);
         let len = msg.body.len();
         let full = (self.max_messages > 0 && ch.depth() >= self.max_messages) || (self.max_bytes > 0 && ch.depth_bytes.saturating_add(len) > self.max_bytes);
         let expires_at_ns = meta.as_deref().map_or(0, |m| m.expires_at_ns);
@@ -760,10 +829,15 @@ impl Queues {
         ch.bytes += msg.body.len() as u64;
         let delayed_to = meta.as_deref().map_or(0, |m| m.delayed_to_ns);
         self.cache.resident += footprint(&msg);
-        let entry = Entry { body: Body::Mem(msg), receive_count: 0, seq: ch.next_seq, epoch, expires_at_ns, meta };
+        let mut entry = Entry { body: Body::Mem(msg), receive_count: 0, seq: ch.next_seq, epoch, expires_at_ns, meta };
         if delayed_to > 0 && delayed_to > now_unix_ns() {
+            own_copy(&mut entry); // it waits by definition
             let at = ch.delayed.partition_point(|(due, _)| *due <= delayed_to);
             ch.delayed.insert(at, (delayed_to, entry));
+        } else if ch.consumers.is_empty() && ch.waiters.is_empty() {
+            // Nobody to take it: it waits.
+            own_copy(&mut entry);
+            ch.append(entry);
         } else {
             ch.push_back(entry);
         }
@@ -779,7 +853,7 @@ impl Queues {
     }
 
     pub fn subscribe(&mut self, channel: Channel, sub: SubRef, prefetch: u32, now: Instant, out: &mut Outbox) {
-        let ch = self.channels.entry(channel.clone()).or_default();
+        let ch = channel_mut(&mut self.channels, &channel);
         if !ch.consumers.iter().any(|c| c.sub == sub) {
             ch.consumers.push(Consumer { sub, prefetch: prefetch.max(1), inflight: 0 });
         }
@@ -895,11 +969,18 @@ impl Queues {
         }
     }
 
-    /// Periodic work: requeues (at the head) every delivery whose ack deadline has passed,
+    /// Periodic work: journals the removals of removing pulls answered at least
+    /// [`REMOVAL_GRACE`] ago, gives the messages that arrived since the last tick and still
+    /// wait their own copies, requeues (at the head) every delivery whose ack deadline has passed,
     /// releases delayed messages that are due, and answers pulls whose wait has ended.
     pub fn expire(&mut self, now: Instant, now_ns: i64, out: &mut Outbox) {
+        while self.removals.front().is_some_and(|r| r.due <= now) {
+            let r = self.removals.pop_front().expect("checked above");
+            self.journal.gone(&r.channel, r.seq, r.epoch);
+        }
         let mut touched: Vec<Channel> = Vec::new();
         for (name, ch) in self.channels.iter_mut() {
+            ch.own_fresh();
             let mut changed = false;
             let mut expired = Vec::new();
             while let Some(&(deadline, tag)) = ch.deadlines.front() {
@@ -962,9 +1043,11 @@ impl Queues {
             core: self.core,
             cores: self.cores,
             ack_timeout: self.ack_timeout,
+            now,
             next_tag: &mut self.next_tag,
             journal: &mut self.journal,
             cache: &mut self.cache,
+            removals: &mut self.removals,
         };
         serve_waiters(ch, channel, &mut shared, out);
         deliver_ready(ch, channel, now, &mut shared, out);
@@ -995,6 +1078,19 @@ impl Queues {
     /// Channel management's delete: drops the queued messages; the channel itself is
     /// forgotten once nobody holds, consumes or waits on it. Returns how many messages went.
     pub fn delete(&mut self, channel: &Channel, out: &mut Outbox) -> usize {
+        if !self.channels.contains_key(channel) {
+            return 0;
+        }
+        // Before the queue can go and a new one reuse its sequences, its pulls' removals are
+        // journaled: logged later, one would settle the new queue's message of that number.
+        let journal = &mut self.journal;
+        self.removals.retain(|r| {
+            let mine = r.channel == *channel;
+            if mine {
+                journal.gone(&r.channel, r.seq, r.epoch);
+            }
+            !mine
+        });
         let Some(ch) = self.channels.get_mut(channel) else { return 0 };
         let dropped = ch.ready.len() + ch.delayed.len();
         let delayed = std::mem::take(&mut ch.delayed);
@@ -1020,10 +1116,26 @@ struct Shared<'a> {
     core: CoreId,
     cores: usize,
     ack_timeout: Duration,
+    now: Instant,
     next_tag: &'a mut u64,
     journal: &'a mut Journal,
     cache: &'a mut CacheStats,
+    removals: &'a mut VecDeque<Removal>,
 }
+
+/// A message a removing pull took, whose removal is journaled once [`REMOVAL_GRACE`] has
+/// passed (see "Removing pulls").
+#[derive(Debug)]
+struct Removal {
+    due: Instant,
+    channel: Channel,
+    seq: u64,
+    epoch: LogEpoch,
+}
+
+/// How long after its answer a removing pull's removal is journaled: time for the answer to
+/// reach the puller before the message is gone for good.
+const REMOVAL_GRACE: Duration = Duration::from_millis(100);
 
 impl Shared<'_> {
     /// The next delivery tag of this core's queues.
@@ -1061,6 +1173,7 @@ fn serve_waiters(ch: &mut QueueChannel, channel: &Channel, shared: &mut Shared<'
             // Answered in `pull`, never queued.
             PullMode::Purge => {}
             PullMode::Remove | PullMode::Reserve => {
+                let mut removed = Vec::new();
                 while result.messages.len() < req.max as usize {
                     let Some(entry) = ch.take_next(channel, shared.cores, &mut result.expired, shared.journal, shared.cache, out) else { break };
                     let tag = shared.take_tag();
@@ -1068,8 +1181,7 @@ fn serve_waiters(ch: &mut QueueChannel, channel: &Channel, shared: &mut Shared<'
                     if req.mode == PullMode::Reserve {
                         ch.inflight.insert(tag, Inflight { entry, consumer: req.holder });
                     } else {
-                        ch.gone(&entry, shared.cache);
-                        shared.journal.gone(channel, entry.seq, entry.epoch);
+                        removed.push(entry);
                     }
                 }
                 if result.messages.is_empty() {
@@ -1078,12 +1190,22 @@ fn serve_waiters(ch: &mut QueueChannel, channel: &Channel, shared: &mut Shared<'
                     return;
                 }
                 let tags: Vec<u64> = if req.mode == PullMode::Reserve { result.messages.iter().map(|m| m.tag).collect() } else { Vec::new() };
-                if !req.reply.send(result) {
-                    // The asker is gone: what it reserved goes back to the head, in order.
+                if req.reply.send(result) {
+                    for entry in removed {
+                        ch.gone(&entry, shared.cache);
+                        let due = shared.now + REMOVAL_GRACE;
+                        shared.removals.push_back(Removal { due, channel: channel.clone(), seq: entry.seq, epoch: entry.epoch });
+                    }
+                } else {
+                    // The asker is gone: what it reserved or took goes back to the head, in
+                    // order (a removal is journaled only once the answer went out).
                     for tag in tags.into_iter().rev() {
                         if let Some(f) = ch.inflight.remove(&tag) {
                             ch.push_front(f.entry);
                         }
+                    }
+                    for entry in removed.into_iter().rev() {
+                        ch.push_front(entry);
                     }
                 }
             }
@@ -1166,6 +1288,41 @@ mod tests {
     }
     fn ch() -> Channel {
         Channel::from_static("jobs")
+    }
+
+    /// "Waiting messages get their own copy": a message that waits stops being a view of its
+    /// sender's buffer (at once when nobody consumes, else on the next tick, once), and so
+    /// does the queue's name; content and order stay.
+    #[test]
+    fn waiting_messages_get_their_own_copy_and_pin_no_senders_buffer() {
+        let frame = Bytes::from(vec![b'f'; 64 * 1024]);
+        let name = Channel(frame.slice(0..4));
+        let view = |i: usize| Arc::new(Message { body: frame.slice(i..i + 2), channel: name.clone(), ..(*msg("x")).clone() });
+        let inside = |b: &Bytes| (frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len()).contains(&(b.as_ptr() as usize));
+        let pins = |e: &Entry| inside(&e.msg().body) || inside(&e.msg().channel.0);
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        // Nobody consumes: copied as it is appended.
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
+        q.send(view(1), None, None, now, &mut out);
+        let ch = &q.channels[&name];
+        assert!(!pins(&ch.ready[0]) && !q.channels.keys().any(|k| inside(&k.0)));
+        // A consumer with prefetch 1: the first goes out as it came; the rest wait, and the
+        // tick copies them.
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
+        q.subscribe(name.clone(), sub(0, 1), 1, now, &mut out);
+        for i in 0..5 {
+            q.send(view(i), None, None, now, &mut out);
+        }
+        assert_eq!(deliveries(&mut out).len(), 1);
+        assert!(q.channels[&name].ready.iter().all(pins), "before the tick: views");
+        q.expire(now, 0, &mut out);
+        let ch = &q.channels[&name];
+        assert!(!ch.ready.iter().any(pins), "after the tick: own copies");
+        assert_eq!(ch.ready.iter().map(|e| e.msg().body.clone()).collect::<Vec<_>>(), (1..5).map(|i| frame.slice(i..i + 2)).collect::<Vec<_>>());
+        let copies: Vec<*const Message> = ch.ready.iter().map(|e| Arc::as_ptr(e.msg())).collect();
+        q.expire(now, 0, &mut out);
+        assert_eq!(q.channels[&name].ready.iter().map(|e| Arc::as_ptr(e.msg())).collect::<Vec<_>>(), copies, "copied once");
     }
 
     #[test]
@@ -1451,6 +1608,48 @@ mod tests {
             &mut out,
         );
         assert_eq!(q.depth(&ch()).ready, 1, "the reservation was undone");
+    }
+
+    /// "Removing pulls": the removal is journaled a grace after the answer, on a tick (a crash
+    /// before brings the messages back); a pull whose asker is gone puts them back; a deleted
+    /// queue journals its pending removals at once.
+    #[test]
+    fn a_removing_pull_journals_its_removal_a_grace_after_its_answer() {
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30)).with_journal();
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        for b in ["a", "b", "c"] {
+            q.send(msg(b), None, None, now, &mut out);
+        }
+        assert_eq!(q.journal.live_messages(), 3);
+        let (mailbox, answers) = Mailbox::new();
+        let pull = |max, token| PullRequest {
+            channel: ch(),
+            holder: sub(usize::MAX, 7),
+            max,
+            wait: Duration::ZERO,
+            mode: PullMode::Remove,
+            token,
+            reply: mailbox.clone(),
+        };
+        q.pull(pull(1, 1), now, &mut out);
+        let r: PullResult = answers.try_recv().expect("answered");
+        assert_eq!(r.messages[0].msg.body.as_ref(), b"a");
+        assert_eq!((q.depth(&ch()).ready, q.journal.live_messages()), (2, 3), "taken, its removal not journaled yet");
+        q.expire(now + REMOVAL_GRACE / 2, 0, &mut out);
+        assert_eq!(q.journal.live_messages(), 3, "within the grace");
+        q.expire(now + REMOVAL_GRACE, 0, &mut out);
+        assert_eq!(q.journal.live_messages(), 2, "journaled once the grace passed");
+        // The asker gone before its answer: the messages go back to the head, nothing removed.
+        let (gone, receiver) = Mailbox::new();
+        drop(receiver);
+        q.pull(PullRequest { reply: gone, ..pull(2, 2) }, now, &mut out);
+        assert_eq!((q.depth(&ch()).ready, q.journal.live_messages()), (2, 2));
+        // A deleted queue's pending removals are journaled with its deletion.
+        q.pull(pull(1, 3), now, &mut out);
+        assert_eq!(q.journal.live_messages(), 2);
+        q.delete(&ch(), &mut out);
+        assert_eq!((q.journal.live_messages(), q.removals.len()), (0, 0));
     }
 
     fn ticket(token: u64) -> Ticket {

@@ -325,17 +325,18 @@ impl Store {
         self
     }
 
-    /// The bytes the held messages count for against the size bound, and how many messages
-    /// left for it, ever.
+    /// The bytes the held messages count for against the size bound.
     pub fn held_bytes(&self) -> usize {
         self.held_bytes
     }
 
+    /// How many messages left for the size bound, ever.
     pub fn trimmed(&self) -> u64 {
         self.trimmed
     }
 
-    /// The channel named `name`, made (with a copy of the name) if it is new.
+    /// Makes the channel named `name` (with a copy of the name, which the channel keeps) if it
+    /// is new.
     fn add_channel(&mut self, name: &Channel) {
         if !self.channels.contains_key(name) {
             self.generations = self.generations.wrapping_add(1);
