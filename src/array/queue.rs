@@ -945,7 +945,7 @@ impl Queues {
     /// until a message arrives or its wait ends.
     pub fn pull(&mut self, req: PullRequest, now: Instant, out: &mut Outbox) {
         let channel = req.channel.clone();
-        let ch = self.channels.entry(channel.clone()).or_default();
+        let ch = channel_mut(&mut self.channels, &channel);
         if req.mode == PullMode::Purge {
             // Everything ready now; the reply cannot fail in a way that needs undoing.
             let purged = ch.ready.len() as u64;
