@@ -376,10 +376,11 @@ fn a_queue_nobody_consumes_stays_within_its_byte_limit_and_rss_stays_bounded() {
     });
     let peak = peak_rss_while(&gw, || flood.is_finished());
     assert!(t0.elapsed() < ABUSE_DEADLINE, "flood took {:?}", t0.elapsed());
-    // The 32 MiB the queue holds, plus read buffers and allocator slack: under 3× the limit,
-    // far from the 256 MiB sent.
+    // The 32 MiB the queue holds, plus read buffers and allocator slack: under 4× the limit,
+    // half the 256 MiB sent. (Measured 54–96 MiB on a 2-core machine, 118 once in a CI run
+    // before bodies of 64 KiB stopped being copied; the bound was 3× and too close.)
     let grown = peak.saturating_sub(baseline);
-    assert!(grown < 96 * MIB, "RSS grew by {} MiB (baseline {} MiB, peak {} MiB)", grown / MIB, baseline / MIB, peak / MIB);
+    assert!(grown < 128 * MIB, "RSS grew by {} MiB (baseline {} MiB, peak {} MiB)", grown / MIB, baseline / MIB, peak / MIB);
     flood.join().expect("the flood ends with the queue-full ERROR");
     gw.canary();
     // The queue holds what fitted: 512 bodies of 64 KiB.
