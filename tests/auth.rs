@@ -367,17 +367,21 @@ fn a_burst_of_bad_tokens_does_not_starve_valid_logins() {
 }
 
 /// Item 6: with stderr not a terminal (a pipe here), log lines carry no ANSI colour codes,
-/// the audit lines included.
+/// the audit lines included. The audit line names the client's address (looked up only when
+/// authentication needs it).
 #[test]
 fn logs_to_a_pipe_have_no_ansi_escape_codes() {
     let key = TempFile::new("ansi", SECRET);
     let gw = common::child::Gateway::spawn(&["--auth-jwt-key", key.path(), "--auth-jwt-alg", "HS256"], None);
     let mut c = Client::open(gw.stomp_addr);
+    let client_addr = c.local_addr().to_string();
     c.send("CONNECT", &[("accept-version", "1.2"), ("host", "/"), ("passcode", "garbage")], b"");
     assert_eq!(c.frame().header("message"), Some("access denied"));
     assert!(c.closed());
     let log = gw.stop();
     assert!(log.contains("listening") && log.contains("auth.failure"), "the log has the lines this checks: {log}");
+    let audit = log.lines().find(|l| l.contains("auth.failure")).unwrap();
+    assert!(audit.contains(&format!("source=\"{client_addr}\"")), "the audit line names the client's address {client_addr}: {audit}");
     assert!(!log.contains("\x1b["), "ANSI escape codes in a log written to a pipe: {log:?}");
 }
 

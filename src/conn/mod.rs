@@ -59,8 +59,9 @@ pub struct Conn {
     actions: RefCell<Vec<Action>>,
     /// This connection's place among the connected sessions (`--max-connections`).
     slot: admission::SessionSlot,
-    /// The peer's address, for the audit log of authentication.
-    peer: Option<std::net::SocketAddr>,
+    /// The peer's address, for the audit log of authentication and the operator view; looked
+    /// up on first use (see [`Conn::peer`]).
+    peer: std::cell::OnceCell<Option<std::net::SocketAddr>>,
     /// The operator view's counters (`/api/stomp/connections`): plain cells, only this core
     /// touches them.
     counters: Counters,
@@ -92,8 +93,9 @@ impl Counters {
     }
 }
 
-/// The session's view of the process: this core, and the peer's address (for the audit log).
-struct CoreHost<'a>(&'a Core, Option<std::net::SocketAddr>);
+/// The session's view of the process: this core, and its connection (whose peer address the
+/// audit log names).
+struct CoreHost<'a>(&'a Core, &'a Conn);
 
 impl Host for CoreHost<'_> {
     /// Connected sessions, counting the one whose CONNECT is being handled (its slot is taken
@@ -110,7 +112,9 @@ impl Host for CoreHost<'_> {
     /// The JWT in `passcode`, verified here on the core (no other thread, no I/O), with one
     /// audit line either way. `login` is only logged.
     fn authenticate(&self, login: Option<&[u8]>, passcode: Option<&[u8]>) -> Result<Option<Bytes>, crate::auth::Denied> {
-        self.0.cfg.auth.authenticate_passcode("stomp", login, passcode, self.1, "no passcode")
+        // The peer's address only for an audit line: with authentication off there is none.
+        let source = if self.0.cfg.auth.jwt_on() { self.1.peer() } else { None };
+        self.0.cfg.auth.authenticate_passcode("stomp", login, passcode, source, "no passcode")
     }
     fn authz_generation(&self) -> Option<u64> {
         self.0.cfg.auth.authz.as_ref().map(|a| a.generation())
@@ -143,7 +147,7 @@ impl Conn {
             session: RefCell::new(session),
             actions: RefCell::new(Vec::new()),
             slot: admission::SessionSlot::default(),
-            peer: None,
+            peer: std::cell::OnceCell::new(),
             counters: Counters::default(),
         }
     }
@@ -172,7 +176,7 @@ impl Conn {
             .collect();
         Some(ConnectionView {
             client_id: Bytes::copy_from_slice(&session.client_id()[..session.client_id().len().min(VIEW_TEXT_MAX)]),
-            peer: self.peer,
+            peer: self.peer(),
             version: session.version().as_str(),
             connected_at_ms: c.connected_at_ms.get(),
             frames_in: c.frames_in.get(),
@@ -181,6 +185,13 @@ impl Conn {
             bytes_out: c.bytes_out.get(),
             subscriptions,
         })
+    }
+
+    /// The peer's address, looked up on the first call: only an authentication's audit line
+    /// and the operator view need it, so most connections never pay the getpeername(2). None
+    /// if the socket already failed (a peer that reset the connection).
+    fn peer(&self) -> Option<std::net::SocketAddr> {
+        *self.peer.get_or_init(|| stream::peer_of(self.fd))
     }
 
     /// Whether frames are still handled and deliveries written.
@@ -201,7 +212,7 @@ impl Conn {
         if connecting {
             self.slot.take(&core.shared);
         }
-        let keep_going = self.session.borrow_mut().handle(frame, &CoreHost(core, self.peer), &mut actions);
+        let keep_going = self.session.borrow_mut().handle(frame, &CoreHost(core, self), &mut actions);
         if connecting && self.session.borrow().state() != crate::session::State::Connected {
             // Refused (version, limit, heart-beat header): it never was a session.
             self.slot.give_back(&core.shared);
@@ -395,16 +406,13 @@ impl Endpoint for Conn {
 /// state (as long-lived as the connection) holds only handles, not room for the session and
 /// stream it moved into the `Conn` (about 900 bytes per connection; issue 19's idle memory).
 pub fn serve(core: Rc<Core>, stream: stream::Stream, identity: Option<Bytes>) -> impl std::future::Future<Output = ()> {
-    let peer = stream.peer_addr();
     let (rd, wr, fd) = stream::split(stream);
     let id = core.new_conn_id();
     let mut session = Session::new(Arc::clone(&core.cfg), Bytes::from(format!("stompgate-{}-{}", core.id, id.0)));
     if let Some(identity) = identity {
         session.set_transport_identity(identity);
     }
-    let mut conn = Conn::new(id, fd, session);
-    conn.peer = peer;
-    let conn = Rc::new(conn);
+    let conn = Rc::new(Conn::new(id, fd, session));
     core.attach(id, Rc::clone(&conn) as Rc<dyn Endpoint>);
     Metrics::add(&core.metrics.connections_accepted, 1);
     tracing::debug!(core = %core.id, conn = id.0, "connection accepted");

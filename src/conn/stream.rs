@@ -136,6 +136,15 @@ impl WriteHalf {
     }
 }
 
+/// The peer's address of a connected socket (None once it failed).
+pub fn peer_of(fd: RawFd) -> Option<std::net::SocketAddr> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `fd` is an open TCP socket the connection owns; the `ManuallyDrop` only borrows
+    // it for getpeername(2) and never closes it.
+    let socket = std::mem::ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
+    socket.peer_addr().ok()
+}
+
 /// Shuts the socket down in both directions, so a task blocked reading it wakes with EOF.
 pub fn shutdown_both(fd: RawFd) {
     // SAFETY: `fd` belongs to a stream still owned by the connection (both halves hold it),

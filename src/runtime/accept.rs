@@ -111,8 +111,9 @@ fn open_spare() -> Option<OwnedFd> {
 }
 
 /// accept(2) that never blocks: the listener is in blocking mode (glommio accepts through
-/// io_uring), so it is switched to non-blocking for this one call, as glommio itself does for
-/// its first, optimistic accept. Only this core's executor thread uses the listener.
+/// io_uring only, see vendor/README.md), so it is switched to non-blocking for this one call.
+/// Only this core's executor thread uses the listener, and no io_uring accept is pending on it
+/// while the accept loop handles a failure.
 fn accept_nonblocking(listener_fd: RawFd) -> Option<OwnedFd> {
     // SAFETY: fcntl and accept4 on a listening socket this core owns; null address pointers
     // are allowed; the returned descriptor is checked and owned by the OwnedFd.

@@ -287,6 +287,7 @@ pub(super) fn bound_reuseport_socket(addr: SocketAddr) -> std::io::Result<std::o
 fn listen_on(addr: SocketAddr) -> std::io::Result<(glommio::net::TcpListener, std::os::fd::RawFd)> {
     use std::os::fd::{FromRawFd, IntoRawFd};
     let sock = bound_reuseport_socket(addr)?;
+    set_nodelay(sock.as_raw_fd())?;
     // SAFETY: listen(2) on a bound socket we own.
     if unsafe { libc::listen(sock.as_raw_fd(), 1024) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -294,6 +295,20 @@ fn listen_on(addr: SocketAddr) -> std::io::Result<(glommio::net::TcpListener, st
     let fd = sock.into_raw_fd();
     // SAFETY: `fd` is a bound, listening socket whose ownership passes to the listener.
     Ok((unsafe { glommio::net::TcpListener::from_raw_fd(fd) }, fd))
+}
+
+/// TCP_NODELAY on a listener: Linux copies it to every connection the listener accepts, so
+/// no connection needs a setsockopt(2) of its own (one syscall fewer per connection).
+fn set_nodelay(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with a c_int option value of the right size on a socket we own.
+    let rc = unsafe {
+        libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, &one as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32)
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 pub(super) fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -472,8 +487,8 @@ async fn accept_loop(core: Rc<Core>, listener: glommio::net::TcpListener, listen
         match accepted {
             None => break,
             Some(Ok(stream)) => {
+                // TCP_NODELAY is already set: inherited from the listener (`set_nodelay`).
                 guard.accepted();
-                let _ = stream.set_nodelay(true);
                 match (&spec.tls, &spec.ws) {
                     (None, None) if spec.amqp => {
                         glommio::spawn_local(crate::amqp::serve::serve(Rc::clone(&core), conn::stream::Stream::Plain(stream), None)).detach()
@@ -593,6 +608,25 @@ async fn shutdown_connections(core: &Rc<Core>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `listen_on` relies on to skip a setsockopt per connection: an accepted socket
+    /// inherits TCP_NODELAY from its listener (and has it only through the listener).
+    #[test]
+    fn accepted_connections_inherit_nodelay_from_the_listener() {
+        use std::os::fd::AsRawFd;
+        for listener_nodelay in [true, false] {
+            let sock = bound_reuseport_socket("127.0.0.1:0".parse().unwrap()).unwrap();
+            if listener_nodelay {
+                set_nodelay(sock.as_raw_fd()).unwrap();
+            }
+            // SAFETY: listen(2) on a bound socket we own.
+            assert_eq!(unsafe { libc::listen(sock.as_raw_fd(), 16) }, 0);
+            let listener = std::net::TcpListener::from(sock);
+            let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (accepted, _) = listener.accept().unwrap();
+            assert_eq!(accepted.nodelay().unwrap(), listener_nodelay, "listener TCP_NODELAY {listener_nodelay}");
+        }
+    }
 
     #[test]
     fn kernel_release_parses() {

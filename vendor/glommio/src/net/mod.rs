@@ -8,25 +8,6 @@ use crate::sys;
 use nix::sys::socket::{MsgFlags, SockaddrLike};
 use std::{io, os::unix::io::RawFd};
 
-fn yolo_accept(fd: RawFd) -> Option<io::Result<RawFd>> {
-    let flags =
-        nix::fcntl::OFlag::from_bits(nix::fcntl::fcntl(fd, nix::fcntl::F_GETFL).unwrap()).unwrap();
-    nix::fcntl::fcntl(
-        fd,
-        nix::fcntl::F_SETFL(flags | nix::fcntl::OFlag::O_NONBLOCK),
-    )
-    .unwrap();
-    let r = sys::accept_syscall(fd);
-    nix::fcntl::fcntl(fd, nix::fcntl::F_SETFL(flags)).unwrap();
-    match r {
-        Ok(x) => Some(Ok(x)),
-        Err(err) => match err.kind() {
-            io::ErrorKind::WouldBlock => None,
-            _ => Some(Err(err)),
-        },
-    }
-}
-
 fn yolo_send(fd: RawFd, buf: &[u8]) -> Option<io::Result<usize>> {
     match sys::send_syscall(fd, buf.as_ptr(), buf.len(), MsgFlags::MSG_DONTWAIT.bits()) {
         Ok(x) => Some(Ok(x)),

@@ -7,10 +7,8 @@ use super::stream::GlommioStream;
 use crate::{
     net::{
         stream::{Buffered, NonBuffered, Preallocated, RxBuf},
-        yolo_accept,
     },
     reactor::Reactor,
-    GlommioError,
 };
 use futures_lite::{
     future::poll_fn,
@@ -165,15 +163,10 @@ impl TcpListener {
     /// [`Send`]: https://doc.rust-lang.org/std/marker/trait.Send.html
     pub async fn shared_accept(&self) -> Result<AcceptedTcpStream> {
         let reactor = self.reactor.upgrade().unwrap();
-        let raw_fd = self.listener.as_raw_fd();
-        if let Some(r) = yolo_accept(raw_fd) {
-            match r {
-                Ok(fd) => {
-                    return Ok(AcceptedTcpStream { fd });
-                }
-                Err(err) => return Err(GlommioError::IoError(err)),
-            }
-        }
+        // stompgate patch (vendor/README.md): no optimistic accept(2) first. Upstream switched
+        // the listener to O_NONBLOCK, tried accept(2) and switched it back (four syscalls)
+        // before every accept; io_uring's accept already tries at once when it is submitted,
+        // and the submission rides on the executor's next io_uring_enter.
         let source = reactor.accept(self.listener.as_raw_fd());
         let fd = source.collect_rw().await?;
         Ok(AcceptedTcpStream { fd: fd as RawFd })
@@ -732,7 +725,7 @@ impl<B: RxBuf + Unpin> AsyncWrite for TcpStream<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{channels::shared_channel, enclose, timer::Timer, LocalExecutorBuilder};
+    use crate::{channels::shared_channel, enclose, timer::Timer, GlommioError, LocalExecutorBuilder};
     use futures_lite::{
         io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt},
         StreamExt,
