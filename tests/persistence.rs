@@ -270,6 +270,44 @@ fn records_end(bytes: &[u8]) -> usize {
     pos
 }
 
+/// A DISCONNECT's RECEIPT proves every earlier SEND took effect, receipted or not, on every
+/// core the connection sent to, and only those are visited (`engine::reached`). The SENDs go
+/// to a queue the other core owns, inside that core's sync interval (a first receipted SEND
+/// has just committed there), so its next commit is up to a second away: the RECEIPT must
+/// wait for it, and a kill -9 right after the RECEIPT loses nothing. A barrier that skipped
+/// the owner would answer at once from this connection's own core.
+#[test]
+fn a_disconnect_receipt_proves_unreceipted_sends_on_another_core_durable() {
+    let store = TempStore::new("barrier");
+    let args = ["--store-dir", store.arg(), "--cores", "2", "--store-sync", "write", "--store-sync-interval-us", "1000000"];
+    let gw = Gateway::spawn(&args, None);
+    let mut p = Client::open(gw.stomp_addr);
+    let welcome = p.connect("1.2");
+    // The session id is `stompgate-<core>-<connection>`.
+    let own: usize = welcome.header("session").and_then(|s| s.split('-').nth(1)).and_then(|c| c.parse().ok()).expect("session names the core");
+    let other = (0..)
+        .map(|i| format!("{}.{i}", common::unique("barrier")))
+        .find(|c| {
+            stompgate::mesh::topology::owner_of(stompgate::model::Pattern::Queues, &stompgate::model::Channel(bytes::Bytes::from(c.clone())), 2).index() != own
+        })
+        .unwrap();
+    let dest = format!("/queue/{other}");
+    send_receipted(&mut p, &dest, std::iter::once("first".to_string()));
+    for i in 0..20 {
+        p.publish(&dest, format!("u{i}").as_bytes());
+    }
+    let started = Instant::now();
+    let frames = p.disconnect_sync();
+    assert!(frames.is_empty(), "{frames:?}");
+    let waited = started.elapsed();
+    let _ = gw.stop();
+    assert!(waited >= Duration::from_millis(200), "the RECEIPT came after {waited:?}, before the owner's next commit");
+    let gw = Gateway::spawn(&args, None);
+    let mut c = connected(&gw);
+    let expected: BTreeSet<String> = std::iter::once("first".to_string()).chain((0..20).map(|i| format!("u{i}"))).collect();
+    assert_eq!(body_set(&c.subscribe_expect("s", &dest, &[], 21)), expected);
+}
+
 #[test]
 fn with_store_sync_write_receipted_messages_survive_kill_9() {
     // `write`: the RECEIPT waits for write(2) only; the page cache outlives the process.

@@ -62,6 +62,8 @@ pub struct Conn {
     /// The peer's address, for the audit log of authentication and the operator view; looked
     /// up on first use (see [`Conn::peer`]).
     peer: std::cell::OnceCell<Option<std::net::SocketAddr>>,
+    /// The cores this connection's array work went to, so that its barriers visit only those.
+    reached: crate::engine::Reached,
     /// The operator view's counters (`/api/stomp/connections`): plain cells, only this core
     /// touches them.
     counters: Counters,
@@ -148,6 +150,7 @@ impl Conn {
             actions: RefCell::new(Vec::new()),
             slot: admission::SessionSlot::default(),
             peer: std::cell::OnceCell::new(),
+            reached: crate::engine::Reached::default(),
             counters: Counters::default(),
         }
     }
@@ -276,7 +279,7 @@ impl Conn {
                     self.write(core, |buf| server::write_connected(buf, version, advertised, &session));
                     tracing::debug!(core = %core.id, conn = self.id.0, version = version.as_str(), "connected");
                 }
-                Action::Array { op, done } => core.submit(self.id, op, done),
+                Action::Array { op, done } => core.submit_from(self.id, op, done, Some(&self.reached)),
                 Action::SettleParked(ticket) => core.confirm_parked(ticket),
                 Action::Receipt(r) => {
                     let version = self.session.borrow().version();

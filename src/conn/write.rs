@@ -191,7 +191,7 @@ fn after_write(core: &Rc<Core>, conn: &Conn, sent: &mut Vec<Sent>) {
         // A subscription released meanwhile already had its messages requeued and settled.
         let channel = conn.session.borrow().subs.get(n).map(|s| s.channel.clone());
         if let Some(channel) = channel {
-            core.submit(conn.id, ArrayOp::Settle { sub: n, channel, tags, action: Settle::Ack }, None);
+            core.submit_from(conn.id, ArrayOp::Settle { sub: n, channel, tags, action: Settle::Ack }, None, Some(&conn.reached));
         }
     }
     core.drain_local();

@@ -13,6 +13,7 @@ pub mod endpoint;
 pub mod event;
 pub mod identities;
 pub mod metrics;
+pub mod reached;
 
 use crate::array::{Outbox, Shard};
 use crate::config::Config;
@@ -24,6 +25,7 @@ use completion::Completions;
 use endpoint::{Delivery, Endpoint};
 use glommio::channels::channel_mesh::Senders;
 use metrics::{Metrics, Shared};
+pub use reached::Reached;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -193,6 +195,12 @@ impl Core {
     /// (`Endpoint::failed`). Whether the array is embedded or remote is decided here and in
     /// [`Backend`] only.
     pub fn submit(self: &Rc<Self>, conn: ConnId, op: ArrayOp, done: Option<u64>) {
+        self.submit_from(conn, op, done, None);
+    }
+
+    /// [`Core::submit`] for a client connection that keeps track of the cores its work went
+    /// to (`reached`): its barriers then visit only those ([`reached`]).
+    pub fn submit_from(self: &Rc<Self>, conn: ConnId, op: ArrayOp, done: Option<u64>, reached: Option<&Reached>) {
         let at = SubRef { core: self.id, conn, sub: SubNo(0) };
         let ticket = done.map(|token| Ticket { core: self.id, conn, token });
         match self.backend.route(&op, self.cores) {
@@ -205,6 +213,14 @@ impl Core {
                 }
             }
             Route::Cores(targets) => {
+                let targets = match (reached, &op) {
+                    (Some(reached), ArrayOp::Barrier) => reached.narrow(targets, self.id.index()),
+                    (Some(reached), _) => {
+                        reached.add(&targets);
+                        targets
+                    }
+                    (None, _) => targets,
+                };
                 if let Some(t) = ticket {
                     self.completions.borrow_mut().expect(t, targets.len() as u32);
                 }
