@@ -631,9 +631,11 @@ fn rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-/// Issue 15 item 5: with `--store-cache-mb 1`, a backlog 256 times that (8,000 messages of
+/// Issue 15 item 5: with `--store-cache-mb 1`, a backlog 512 times that (16,000 messages of
 /// 32 KiB) keeps its contents on disk, so the gateway's memory grows by a fraction of it (what
-/// it does grow by is the write pipeline's buffers and memory the allocator keeps); a
+/// it does grow by is the write pipeline's buffers and memory the allocator keeps: 67–168 MiB
+/// measured run to run, with 256 MiB and 512 MiB backlogs alike, so the bound is 192 MiB
+/// against a backlog of 512 MiB that would be held whole in memory otherwise); a
 /// consumer then drains it completely and in order through the read-ahead, half of it live
 /// and the rest after a `kill -9` (recovery brings the backlog back as index entries, and the
 /// contents are read back again).
@@ -642,7 +644,7 @@ fn a_backlog_much_larger_than_the_cache_drains_completely_and_in_order_live_and_
     let store = TempStore::new("cache");
     let args = ["--store-dir", store.arg(), "--store-cache-mb", "1"];
     let dest = "/queue/persist.cache";
-    let n = 8000;
+    let n = 16000;
     let body = |i: usize| format!("{i:05}{}", "c".repeat(32 * 1024 - 5));
     let gw = Gateway::spawn(&args, None);
     let before = rss_kib(gw.pid());
@@ -654,7 +656,7 @@ fn a_backlog_much_larger_than_the_cache_drains_completely_and_in_order_live_and_
     assert!(p.send_sync("SEND", &[("destination", dest)], body(n - 1).as_bytes()).is_empty());
     std::thread::sleep(Duration::from_millis(500));
     let grown = rss_kib(gw.pid()).saturating_sub(before);
-    assert!(grown < 128 * 1024, "a 256 MiB backlog with a 1 MiB cache grew the gateway by {grown} KiB");
+    assert!(grown < 192 * 1024, "a 512 MiB backlog with a 1 MiB cache grew the gateway by {grown} KiB");
     // Live: the first half, acknowledged one by one (the last ACK with a receipt).
     let mut c = connected(&gw);
     c.send("SUBSCRIBE", &[("id", "s"), ("destination", dest), ("ack", "client-individual")], b"");
