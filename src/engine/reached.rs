@@ -35,7 +35,8 @@ impl Reached {
 
     /// The cores of `targets` a barrier from a connection on core `own` must visit: from the
     /// lowest core reached to the highest, `own` included. A range, so it may include cores in
-    /// between that were not reached (harmless: a barrier there confirms at once).
+    /// between that were not reached (harmless: a barrier there waits only for that core's
+    /// turn, and its log's commit if records of others are pending, as every barrier did).
     pub fn narrow(&self, targets: Range<usize>, own: usize) -> Range<usize> {
         let bits = self.0.get() | 1 << own.min(LAST_BIT);
         let low = bits.trailing_zeros() as usize;
