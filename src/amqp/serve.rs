@@ -290,9 +290,9 @@ fn settings(core: &Core, conn: ConnId, external_identity: Option<Bytes>) -> Sett
 /// Serves one accepted AMQP connection until it closes. `identity`: the verified TLS client
 /// certificate's CN (amqps with `--tls-client-ca`), offered as SASL EXTERNAL.
 pub async fn serve(core: Rc<Core>, stream: Stream, identity: Option<Bytes>) {
-    let peer = stream.peer_addr();
     let tls = matches!(stream, Stream::Tls(_));
     let (mut rd, mut wr, fd) = stream::split(stream);
+    let peer = stream::peer_of(fd);
     let id = core.new_conn_id();
     let mut machine = Machine::new(settings(&core, id, identity), Bytes::from(format!("amqp10-{}-{}", core.id, id.0)));
     let open = core.shared.amqp_connections.fetch_add(1, Ordering::Relaxed) + 1;

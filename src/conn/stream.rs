@@ -32,11 +32,6 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// The client's address, for audit lines (None if the socket already failed).
-    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
-        self.tcp().peer_addr().ok()
-    }
-
     fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(s) => s,
@@ -136,7 +131,8 @@ impl WriteHalf {
     }
 }
 
-/// The peer's address of a connected socket (None once it failed).
+/// The peer's address of a connected socket, for audit lines and the operator views (None
+/// once the socket failed).
 pub fn peer_of(fd: RawFd) -> Option<std::net::SocketAddr> {
     use std::os::fd::FromRawFd;
     // SAFETY: `fd` is an open TCP socket the connection owns; the `ManuallyDrop` only borrows

@@ -262,17 +262,12 @@ pub(super) fn bound_reuseport_socket(addr: SocketAddr) -> std::io::Result<std::o
     }
     // SAFETY: `fd` is a fresh socket we own.
     let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-    let one: libc::c_int = 1;
     // SO_REUSEADDR too, not only for the usual reason: the connections a listener accepts
     // inherit it, and only then does this run's side of them, left in TIME_WAIT after a stop,
     // stay out of the next start's exclusive-port probe (`listeners::probe_exclusive`), so a
     // restart right after a stop is not refused as "in use by another process".
     for option in [libc::SO_REUSEADDR, libc::SO_REUSEPORT] {
-        // SAFETY: setsockopt with a c_int option value of the right size.
-        let rc = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, option, &one as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32) };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        switch_on(fd, libc::SOL_SOCKET, option)?;
     }
     let (storage, len) = sockaddr_of(addr);
     // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
@@ -300,11 +295,14 @@ fn listen_on(addr: SocketAddr) -> std::io::Result<(glommio::net::TcpListener, st
 /// TCP_NODELAY on a listener: Linux copies it to every connection the listener accepts, so
 /// no connection needs a setsockopt(2) of its own (one syscall fewer per connection).
 fn set_nodelay(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    switch_on(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY)
+}
+
+/// Sets the boolean socket option (`level`, `option`) of `fd` to 1.
+fn switch_on(fd: std::os::fd::RawFd, level: libc::c_int, option: libc::c_int) -> std::io::Result<()> {
     let one: libc::c_int = 1;
     // SAFETY: setsockopt with a c_int option value of the right size on a socket we own.
-    let rc = unsafe {
-        libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, &one as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32)
-    };
+    let rc = unsafe { libc::setsockopt(fd, level, option, &one as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
