@@ -2,12 +2,14 @@
 """The table of an interleaved benchmark run: one results file of the scripts in scripts/
 (ab.sh, tls-auth-bench.sh, remote-hop.sh, compare.sh), one JSON line per run.
 
-    perf/summarize.py FILE --by FIELD --base VALUE [--base-first] [--ok-exits 0,3]
+    perf/summarize.py FILE --by FIELD --base VALUE [--base-first] [--ok-exits 0,3] [--split PATH]
 
 Rows are grouped by case and by FIELD (the side, mode or broker the run measured); each cell is
 the median of the group's runs with their min-max and count, and each group other than the base
 gets a ratio column against it: other/base, or with --base-first base/other (compare.sh: how
-many times a peer stompgate is). Only the metrics that some run reported are shown.
+many times a peer stompgate is). Only the metrics that some run reported are shown. With --split,
+each case is split into one row group per value of a dotted field of the raw lines (e.g.
+`placement.class`, scripts/ab.sh with PLACEMENT=1), so that runs are compared like with like.
 """
 import argparse
 import json
@@ -69,8 +71,15 @@ def main():
     ap.add_argument("--base", required=True, help="the value of --by the ratios are against")
     ap.add_argument("--base-first", action="store_true", help="ratios base/other instead of other/base")
     ap.add_argument("--ok-exits", default="0", help="harness exit codes that are not failures")
+    ap.add_argument("--split", help="a dotted field of the raw lines whose value splits each case")
     args = ap.parse_args()
     rows = [json.loads(line) for line in open(args.file) if line.strip()]
+    if args.split:
+        for r in rows:
+            value = r
+            for key in args.split.split("."):
+                value = value.get(key) if isinstance(value, dict) else None
+            r["case"] = f"{r['case']} [{value}]"
     by, base = args.by, args.base
     groups = in_order(r[by] for r in rows)
     if base in groups:

@@ -30,6 +30,11 @@
 #                                from where SO_REUSEPORT places each connection)
 #   TRANSPORT=tcp                tcp, or ws: the harness speaks STOMP over WebSocket to each
 #                                gateway's --ws-addr (PORT+10 for A, PORT+11 for B)
+#   PLACEMENT=""                 1: each gateway also serves its operator views (--metrics-addr on
+#                                PORT+30 / PORT+31) and each raw line records where the run's
+#                                connections and channel sat, halfway through the window
+#                                (scripts/placement.py), and the summary adds the table split by
+#                                that placement: at --cores 2 throughput depends on it
 #   STORE_PARENT=""              persistent A/B: each run's gateway gets its store on, in a fresh
 #                                directory under STORE_PARENT (removed after the run), instead of
 #                                --store-dir off; with CASES="queue-persistent queue-persistent-rate2k"
@@ -45,6 +50,12 @@ source "$ROOT/scripts/bench-lib.sh"
 
 summarize() {
     python3 "$ROOT/perf/summarize.py" "$1" --by side --base A
+    # Runs that recorded their placement: the same table per placement class.
+    if grep -q '"placement":{' "$1"; then
+        echo
+        echo "By placement (scripts/placement.py):"
+        python3 "$ROOT/perf/summarize.py" "$1" --by side --base A --split placement.class
+    fi
 }
 
 if [ "${1:-}" = --summarize ]; then
@@ -131,20 +142,33 @@ for round in $(seq 1 "$ROUNDS"); do
                 run_store="$(mktemp -d "$STORE_PARENT/ab-store.XXXXXX")"
                 store="--store-dir $run_store"
             fi
+            views=()
+            [ -n "${PLACEMENT:-}" ] && views=(--metrics-addr "127.0.0.1:$((port + 30))")
             # shellcheck disable=SC2086
-            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores "${CORES:-2}" "${listen[@]}" "${amqp[@]}" $store $ARGS >"$LOG" 2>&1 &
+            "${BIN[$side]}" --stomp-addr "127.0.0.1:$port" --grpc-addr off --cores "${CORES:-2}" "${listen[@]}" "${amqp[@]}" "${views[@]}" $store $ARGS >"$LOG" 2>&1 &
             GW_PID=$!
             for _ in $(seq 1 100); do stomp_ready "$port" && break; sleep 0.1; done
             stomp_ready "$port" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }
             echo "== round $round/$ROUNDS: $case on $side" >&2
+            place="$(mktemp -t stompgate-place.XXXXXX)"
+            echo null >"$place"
+            place_pid=""
+            if [ -n "${PLACEMENT:-}" ]; then
+                (sleep "$(python3 -c "print($WARMUP_S + $DURATION_S / 2)")"
+                 python3 "$ROOT/scripts/placement.py" "127.0.0.1:$((port + 30))" "ab-$case-$round-$$" >"$place.new" 2>/dev/null \
+                     && mv "$place.new" "$place") &
+                place_pid=$!
+            fi
             rc=0
             # shellcheck disable=SC2046
             line="$(timeout 300 "$LOAD" $(bench_case_args "$case") --host 127.0.0.1 "${via[@]}" \
                 --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "ab-$case-$round-$$" \
                 --label "$side" --json --quiet --server-pid "$GW_PID")" || rc=$?
             [ -n "$line" ] || line=null
-            printf '{"round":%d,"case":"%s","side":"%s","binary":"%s","sha256":"%s","exit":%d,"result":%s}\n' \
-                "$round" "$case" "$side" "${BIN[$side]}" "${SHA[$side]}" "$rc" "$line" >>"$OUT"
+            [ -n "$place_pid" ] && wait "$place_pid"
+            printf '{"round":%d,"case":"%s","side":"%s","binary":"%s","sha256":"%s","exit":%d,"placement":%s,"result":%s}\n' \
+                "$round" "$case" "$side" "${BIN[$side]}" "${SHA[$side]}" "$rc" "$(cat "$place")" "$line" >>"$OUT"
+            rm -f "$place" "$place.new"
             stop_gateway
             [ -n "$run_store" ] && rm -rf "$run_store"
             sleep 1

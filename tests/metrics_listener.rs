@@ -230,6 +230,42 @@ fn connections_view_lists_every_connection_with_its_subscriptions_and_traffic() 
 }
 
 #[test]
+fn channels_view_names_the_core_that_owns_each_channel() {
+    use stompgate::mesh::topology::owner_of;
+    use stompgate::model::{Channel, Pattern};
+    let addr = free_port();
+    let gw = Gateway::spawn(&["--metrics-addr", &addr.to_string(), "--cores", "2"], None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "metrics listener not up on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Queue names until each of the two cores owns one.
+    let base = common::unique("owner");
+    let owner = |name: &str| owner_of(Pattern::Queues, &Channel(bytes::Bytes::copy_from_slice(name.as_bytes())), 2).index();
+    let mut names: Vec<String> = Vec::new();
+    for i in 0.. {
+        let name = format!("{base}-{i}");
+        if !names.iter().any(|n| owner(n) == owner(&name)) {
+            names.push(name);
+        }
+        if names.len() == 2 {
+            break;
+        }
+    }
+    let mut c = connect_counted(gw.stomp_addr, "1.2", "ops");
+    for (i, name) in names.iter().enumerate() {
+        c.send("SEND", &[("destination", &format!("/queue/{name}")), ("receipt", &format!("r{i}"))], b"x");
+        c.frame("RECEIPT");
+    }
+    let doc = get_json(addr, "/api/channels");
+    for name in &names {
+        let ch = doc["channels"].as_array().unwrap().iter().find(|ch| ch["channel"] == name.as_str()).cloned().unwrap_or_else(|| panic!("no {name}: {doc}"));
+        assert_eq!(ch["core"].as_u64(), Some(owner(name) as u64), "{ch}");
+    }
+}
+
+#[test]
 fn channels_view_lists_each_pattern_and_channel_with_its_counts() {
     let (gw, addr) = gateway_with_metrics();
     let u = common::unique("chview");

@@ -51,7 +51,7 @@ pub(super) async fn channels(limit: usize) -> String {
     for (pattern, name) in PATTERNS {
         let (stats, missed) = ask_every_core(|reply| CoreMsg::ListChannels { pattern, reply }).await;
         unanswered += missed;
-        for (_, s) in stats {
+        for (core, s) in stats {
             if items.len() >= limit {
                 truncated = true;
                 break;
@@ -59,6 +59,9 @@ pub(super) async fn channels(limit: usize) -> String {
             items.push(serde_json::json!({
                 "pattern": name,
                 "channel": String::from_utf8_lossy(&s.name.0),
+                // The core that owns the channel (its shard holds it): which core its traffic
+                // loads, e.g. to tell a benchmark's placement.
+                "core": core.index(),
                 "subscribers": s.subscribers,
                 // Queues: the depth (ready + delayed); 0 for the other patterns.
                 "waiting": s.waiting,
