@@ -14,8 +14,15 @@ const MAX_CONCURRENT: usize = 16;
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn gateway_with_metrics() -> (Gateway, SocketAddr) {
+    gateway_with_metrics_and(&[])
+}
+
+/// [`gateway_with_metrics`] with more flags.
+fn gateway_with_metrics_and(more: &[&str]) -> (Gateway, SocketAddr) {
     let addr = free_port();
-    let gw = Gateway::spawn(&["--metrics-addr", &addr.to_string()], None);
+    let metrics = addr.to_string();
+    let args: Vec<&str> = ["--metrics-addr", metrics.as_str()].into_iter().chain(more.iter().copied()).collect();
+    let gw = Gateway::spawn(&args, None);
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(addr).is_err() {
         assert!(Instant::now() < deadline, "metrics listener not up on {addr}");
@@ -233,13 +240,7 @@ fn connections_view_lists_every_connection_with_its_subscriptions_and_traffic() 
 fn channels_view_names_the_core_that_owns_each_channel() {
     use stompgate::mesh::topology::owner_of;
     use stompgate::model::{Channel, Pattern};
-    let addr = free_port();
-    let gw = Gateway::spawn(&["--metrics-addr", &addr.to_string(), "--cores", "2"], None);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "metrics listener not up on {addr}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (gw, addr) = gateway_with_metrics_and(&["--cores", "2"]);
     // Queue names until each of the two cores owns one.
     let base = common::unique("owner");
     let owner = |name: &str| owner_of(Pattern::Queues, &Channel(bytes::Bytes::copy_from_slice(name.as_bytes())), 2).index();

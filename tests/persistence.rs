@@ -636,7 +636,7 @@ fn rss_kib(pid: u32) -> u64 {
 /// within 64 MiB of where it started (a backlog held in memory would add 512 MiB). The flood
 /// itself passes through memory on its way to disk, and an idle core gives back what it freed
 /// on its tick, once the allocator's 1 s purge delay has passed (`engine::give_back_freed_memory`;
-/// without it 70–330 MiB stayed). A consumer then drains it completely and in order through the
+/// without it 67–290 MiB stayed). A consumer then drains it completely and in order through the
 /// read-ahead, half of it live and the rest after a `kill -9` (recovery brings the backlog back
 /// as index entries, and the contents are read back again).
 #[test]
