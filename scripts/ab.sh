@@ -150,19 +150,21 @@ for round in $(seq 1 "$ROUNDS"); do
             for _ in $(seq 1 100); do stomp_ready "$port" && break; sleep 0.1; done
             stomp_ready "$port" || { echo "ab.sh: ${BIN[$side]} did not start (log: $LOG)" >&2; exit 1; }
             echo "== round $round/$ROUNDS: $case on $side" >&2
+            # The harness's run name is also its channel's name (placement.py looks it up).
+            name="ab-$case-$round-$$"
             place="$(mktemp -t stompgate-place.XXXXXX)"
             echo null >"$place"
             place_pid=""
             if [ -n "${PLACEMENT:-}" ]; then
                 (sleep "$(python3 -c "print($WARMUP_S + $DURATION_S / 2)")"
-                 python3 "$ROOT/scripts/placement.py" "127.0.0.1:$((port + 30))" "ab-$case-$round-$$" >"$place.new" 2>/dev/null \
+                 python3 "$ROOT/scripts/placement.py" "127.0.0.1:$((port + 30))" "$name" >"$place.new" 2>/dev/null \
                      && mv "$place.new" "$place") &
                 place_pid=$!
             fi
             rc=0
             # shellcheck disable=SC2046
             line="$(timeout 300 "$LOAD" $(bench_case_args "$case") --host 127.0.0.1 "${via[@]}" \
-                --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "ab-$case-$round-$$" \
+                --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" --name "$name" \
                 --label "$side" --json --quiet --server-pid "$GW_PID")" || rc=$?
             [ -n "$line" ] || line=null
             [ -n "$place_pid" ] && wait "$place_pid"

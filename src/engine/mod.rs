@@ -418,11 +418,11 @@ impl Core {
 }
 
 /// Hands freed memory back to the OS once the allocator's purge delay (mimalloc's, 1 s) has
-/// passed. mimalloc purges only when the thread that owns the pages allocates or frees again, so
-/// a core that goes idle after a burst (a flood of queue messages written to the store and
+/// passed. mimalloc purges only when the thread that owns the pages allocates or frees again,
+/// so a core that goes idle after a burst (a flood of queue messages written to the store and
 /// dropped from memory) kept what the burst freed: 278–290 MiB of a 512 MiB flood with a 1 MiB
-/// store cache (perf/RESULTS.md, "Freed memory"). Called by every core's tick (each thread's pages are
-/// its own); a no-op when mimalloc is not the allocator (the library's unit tests).
+/// store cache (perf/RESULTS.md, "Freed memory"). Called by every core's tick (each thread's
+/// pages are its own); a no-op when mimalloc is not the allocator (the library's unit tests).
 fn give_back_freed_memory() {
     // SAFETY: `mi_collect` takes no pointers; it only walks the calling thread's own heap.
     unsafe { libmimalloc_sys::mi_collect(false) }
