@@ -3,7 +3,7 @@
 //! head encoded once: [`EncodedHead`], the same bytes). Each appends to the
 //! connection's write buffer and returns how many headers the negotiated version could not
 //! represent (dropped, and counted by the caller: seed 000).
-use super::encode::FrameWriter;
+use super::encode::{header_lines_len, FrameWriter};
 use super::error::WireError;
 use super::frame::{Command, Version};
 use bytes::BytesMut;
@@ -13,21 +13,34 @@ pub const SERVER: &str = concat!("stompgate/", env!("CARGO_PKG_VERSION"));
 
 /// CONNECTED for `version`, advertising the server's heart-beat `(send, expect)` in ms.
 pub fn write_connected(buf: &mut BytesMut, version: Version, heart_beat: (u64, u64), session: &[u8]) -> u32 {
-    let mut n = itoa::Buffer::new();
-    let mut hb = Vec::with_capacity(24);
-    hb.extend_from_slice(n.format(heart_beat.0).as_bytes());
-    hb.push(b',');
-    hb.extend_from_slice(n.format(heart_beat.1).as_bytes());
-    let mut w = FrameWriter::begin(buf, version, Command::Connected);
-    w.own_header(b"version", version.as_str().as_bytes());
-    w.own_header(b"heart-beat", &hb);
-    w.own_header(b"session", session);
-    w.own_header(b"server", SERVER.as_bytes());
+    let mut hb = [0u8; HEART_BEAT_MAX];
+    let hb = heart_beat_value(&mut hb, heart_beat);
+    let headers: [(&'static [u8], &[u8]); 4] =
+        [(b"version", version.as_str().as_bytes()), (b"heart-beat", hb), (b"session", session), (b"server", SERVER.as_bytes())];
+    let mut w = FrameWriter::begin_sized(buf, version, Command::Connected, header_lines_len(&headers), 0);
+    for (name, value) in headers {
+        w.own_header(name, value);
+    }
     w.finish(b"")
 }
 
+/// Longest heart-beat value: two `u64`s and the comma.
+const HEART_BEAT_MAX: usize = 2 * 20 + 1;
+
+/// `send,expect` written into `out` (no allocation: once per connection).
+fn heart_beat_value(out: &mut [u8; HEART_BEAT_MAX], (send, expect): (u64, u64)) -> &[u8] {
+    let mut n = itoa::Buffer::new();
+    let send = n.format(send).as_bytes();
+    out[..send.len()].copy_from_slice(send);
+    out[send.len()] = b',';
+    let at = send.len() + 1;
+    let expect = n.format(expect).as_bytes();
+    out[at..at + expect.len()].copy_from_slice(expect);
+    &out[..at + expect.len()]
+}
+
 pub fn write_receipt(buf: &mut BytesMut, version: Version, receipt: &[u8]) -> u32 {
-    let mut w = FrameWriter::begin(buf, version, Command::Receipt);
+    let mut w = FrameWriter::begin_sized(buf, version, Command::Receipt, header_lines_len(&[(b"receipt-id", receipt)]), 0);
     w.own_header(b"receipt-id", receipt);
     w.finish(b"")
 }
@@ -37,7 +50,9 @@ pub fn write_receipt(buf: &mut BytesMut, version: Version, receipt: &[u8]) -> u3
 pub fn write_error(buf: &mut BytesMut, version: Version, err: WireError, receipt: Option<&[u8]>) -> u32 {
     let hint = err.hint();
     let hint = hint.as_bytes();
-    let mut w = FrameWriter::begin(buf, version, Command::Error);
+    let lines = header_lines_len(&[(b"message", err.message().as_bytes()), (b"receipt-id", receipt.unwrap_or_default())])
+        + header_lines_len(&[(b"version", b"1.0,1.1,1.2"), (b"content-type", b"text/plain")]);
+    let mut w = FrameWriter::begin_sized(buf, version, Command::Error, lines, hint.len());
     w.own_header(b"message", err.message().as_bytes());
     if let Some(r) = receipt {
         w.own_header(b"receipt-id", r);
@@ -161,7 +176,44 @@ mod tests {
         prop::sample::select(vec![Version::V1_0, Version::V1_1, Version::V1_2])
     }
 
+    #[test]
+    fn heart_beat_values_are_written_whole() {
+        let mut out = [0u8; HEART_BEAT_MAX];
+        assert_eq!(heart_beat_value(&mut out, (0, 0)), b"0,0");
+        assert_eq!(heart_beat_value(&mut out, (10_000, 250)), b"10000,250");
+        assert_eq!(heart_beat_value(&mut out, (u64::MAX, u64::MAX)), format!("{0},{0}", u64::MAX).as_bytes());
+    }
+
     proptest! {
+        /// CONNECTED, RECEIPT and ERROR each take one allocation of an empty buffer: the room
+        /// made at the start holds the whole frame, so the buffer never grew past it (a
+        /// growth would at least double the capacity).
+        #[test]
+        fn server_frames_fit_the_room_made_for_them(
+            v in version(), send in any::<u64>(), expect in any::<u64>(), session in value(),
+            receipt in prop::collection::vec(prop::sample::select(b"ab-1_/".to_vec()), 0..40),
+            with_receipt in any::<bool>(),
+        ) {
+            let mut buf = BytesMut::new();
+            write_connected(&mut buf, v, (send, expect), &session);
+            prop_assert!(buf.starts_with(b"CONNECTED\n"));
+            prop_assert_eq!(buf.capacity(), crate::stomp::encode::frame_room(Command::Connected, header_lines_len(&[
+                (b"version", v.as_str().as_bytes()), (b"heart-beat", format!("{send},{expect}").as_bytes()), (b"session", &session), (b"server", SERVER.as_bytes()),
+            ]), 0));
+            let mut buf = BytesMut::new();
+            write_receipt(&mut buf, v, &receipt);
+            prop_assert_eq!(buf.capacity(), crate::stomp::encode::frame_room(Command::Receipt, header_lines_len(&[(b"receipt-id", &receipt)]), 0));
+            for err in [WireError::UnsupportedVersion, WireError::Internal, WireError::ShuttingDown] {
+                let mut buf = BytesMut::new();
+                let r = with_receipt.then_some(&receipt[..]);
+                write_error(&mut buf, v, err, r);
+                let hint = err.hint();
+                let lines = header_lines_len(&[(b"message", err.message().as_bytes()), (b"receipt-id", r.unwrap_or_default())])
+                    + header_lines_len(&[(b"version", b"1.0,1.1,1.2"), (b"content-type", b"text/plain")]);
+                prop_assert_eq!(buf.capacity(), crate::stomp::encode::frame_room(Command::Error, lines, hint.len()));
+            }
+        }
+
         /// The pre-encoded head gives the very bytes (and dropped count) of the one-pass
         /// builder, whatever the version and values, also when the head is re-encoded in place
         /// for another destination.
