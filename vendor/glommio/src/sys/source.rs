@@ -135,6 +135,13 @@ pub(crate) struct InnerSource {
 }
 
 impl InnerSource {
+    /// stompgate patch (vendor/README.md): whether this source's latency is recorded, the
+    /// only use of its `queued_at`/`submitted_at`/`fulfilled_at` timestamps; without it the
+    /// reactor reads no clock for the source.
+    pub(crate) fn times_io(&self) -> bool {
+        matches!(self.stats_collection, Some(StatsCollection { latency: Some(_), .. }))
+    }
+
     pub(crate) fn update_source_type(&mut self, source_type: SourceType) -> SourceType {
         std::mem::replace(&mut self.source_type, source_type)
     }
