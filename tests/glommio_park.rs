@@ -212,6 +212,53 @@ fn an_earlier_timer_set_while_a_later_one_is_armed_wakes_the_parked_executor_on_
 /// task that never yields sees `need_preempt` within the preempt period (100 ms by default;
 /// the bound is 10 s), after a run of short turns (where the timer is kept) and after a
 /// preemption (where it has fired and is armed anew).
+/// The fifth change (vendor/README.md): due timers are taken from the front of the timer map
+/// one by one instead of by splitting the map every turn. Timers due in the same turn, at the
+/// same instant or not, all fire, in deadline order, none before its deadline, and a timer
+/// dropped before its deadline never fires.
+#[test]
+fn timers_fire_in_deadline_order_never_early_and_a_dropped_one_never() {
+    let (done_tx, done) = mpsc::channel();
+    let ex = executor(0, "park-test-timer-order", move || async move {
+        let start = Instant::now();
+        let fired = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let deadlines_ms = [30u64, 10, 20, 10, 0, 40, 25, 5, 10];
+        let tasks: Vec<_> = deadlines_ms
+            .iter()
+            .map(|&ms| {
+                let fired = fired.clone();
+                glommio::spawn_local(async move {
+                    glommio::timer::sleep(Duration::from_millis(ms)).await;
+                    fired.borrow_mut().push((ms, start.elapsed()));
+                })
+            })
+            .collect();
+        let dropped = glommio::spawn_local({
+            let fired = fired.clone();
+            async move {
+                glommio::timer::sleep(Duration::from_millis(15)).await;
+                fired.borrow_mut().push((u64::MAX, start.elapsed()));
+            }
+        });
+        glommio::timer::sleep(Duration::from_millis(2)).await;
+        drop(dropped);
+        for t in tasks {
+            t.await;
+        }
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+        let _ = done_tx.send(fired.borrow().clone());
+    });
+    let fired = done.recv_timeout(DEADLINE).expect("every timer fires");
+    ex.join().expect("executor ends");
+    let order: Vec<u64> = fired.iter().map(|&(ms, _)| ms).collect();
+    let mut want = vec![0u64, 5, 10, 10, 10, 20, 25, 30, 40];
+    want.sort();
+    assert_eq!(order, want, "fired out of deadline order, or a dropped timer fired: {fired:?}");
+    for (ms, at) in fired {
+        assert!(at >= Duration::from_millis(ms), "the {ms} ms timer fired after {at:?}");
+    }
+}
+
 #[test]
 fn a_task_queue_that_runs_on_is_still_preempted() {
     let (done_tx, done) = mpsc::channel();

@@ -124,12 +124,18 @@ impl Timers {
     fn process_timers(&mut self) -> (Option<Duration>, usize) {
         let now = Instant::now();
 
-        // Split timers into ready and pending timers.
-        let pending = self.timers.split_off(&(now, 0));
-        let ready = mem::replace(&mut self.timers, pending);
-        let woke = ready.len();
-        for (_, waker) in ready {
+        // stompgate patch (vendor/README.md): the ready timers (those before `(now, 0)`) taken
+        // from the front one by one. Upstream split the map at `(now, 0)` on every call, which
+        // builds a new map (allocating) and frees the old one even when no timer is due: every
+        // executor turn.
+        let mut woke = 0;
+        while let Some(entry) = self.timers.first_entry() {
+            if *entry.key() >= (now, 0) {
+                break;
+            }
+            let waker = entry.remove();
             wake!(waker);
+            woke += 1;
         }
 
         // Calculate the duration until the next event.
