@@ -272,15 +272,14 @@ impl<S: AsRawFd> NonBufferedStream<S> {
                 self.source_rx.take();
                 self.read_timeout.cancel_timer(reactor);
                 let result = poll_err!(result);
-                // Start an early poll if the buffer is not fully filled. So when
-                // the next time `poll_read` is called, it will be known immediately
-                // whether the underlying stream is ready for reading.
-                if result > 0 && result < buf.len() {
-                    self.source_rx = Some(reactor.poll_read_ready(self.stream.as_raw_fd()));
-                    // The `rush_dispatch`s here and after could be removed to
-                    // improve performance if #458 is handled appropriately.
-                    // reactor.rush_dispatch(self.source_rx.as_ref().unwrap());
-                }
+                // stompgate patch (vendor/README.md): no early poll after a read that did
+                // not fill the buffer. Upstream armed one here so that the next `poll_read`
+                // would wait for it instead of trying `recv(2)`; but a connection that is
+                // read again at once (a busy one, whose next bytes are already there) then
+                // waits for that poll's completion from the ring, and one that is never
+                // read again (it sent DISCONNECT) pays the poll and its cancellation for
+                // nothing. The next `poll_read` tries `recv(2)` and arms the poll only if
+                // that finds nothing (below), as for a first read.
                 return Poll::Ready(Ok(result));
             }
         }
