@@ -20,7 +20,9 @@
 //! has never registered for `membarrier` (upstream glommio 0.9.0 registers on its first park,
 //! and that test fails against it). The two after it guard the second change, timers kept
 //! armed across the executor's turns: an earlier timer set while a later one is armed still
-//! wakes a parked executor on time, and a task queue that runs on is still preempted.
+//! wakes a parked executor on time, and a task queue that runs on is still preempted. Between
+//! them, `timers_fire_in_deadline_order_…` guards the fifth change (due timers taken from the
+//! front of the timer map instead of splitting it every turn).
 
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -208,10 +210,6 @@ fn an_earlier_timer_set_while_a_later_one_is_armed_wakes_the_parked_executor_on_
     ex.join().expect("executor ends");
 }
 
-/// The preempt timer, now kept across turns instead of re-armed on each, still preempts: a
-/// task that never yields sees `need_preempt` within the preempt period (100 ms by default;
-/// the bound is 10 s), after a run of short turns (where the timer is kept) and after a
-/// preemption (where it has fired and is armed anew).
 /// The fifth change (vendor/README.md): due timers are taken from the front of the timer map
 /// one by one instead of by splitting the map every turn. Timers due in the same turn, at the
 /// same instant or not, all fire, in deadline order, none before its deadline, and a timer
@@ -251,14 +249,17 @@ fn timers_fire_in_deadline_order_never_early_and_a_dropped_one_never() {
     let fired = done.recv_timeout(DEADLINE).expect("every timer fires");
     ex.join().expect("executor ends");
     let order: Vec<u64> = fired.iter().map(|&(ms, _)| ms).collect();
-    let mut want = vec![0u64, 5, 10, 10, 10, 20, 25, 30, 40];
-    want.sort();
+    let want = vec![0u64, 5, 10, 10, 10, 20, 25, 30, 40];
     assert_eq!(order, want, "fired out of deadline order, or a dropped timer fired: {fired:?}");
     for (ms, at) in fired {
         assert!(at >= Duration::from_millis(ms), "the {ms} ms timer fired after {at:?}");
     }
 }
 
+/// The preempt timer, now kept across turns instead of re-armed on each, still preempts: a
+/// task that never yields sees `need_preempt` within the preempt period (100 ms by default;
+/// the bound is 10 s), after a run of short turns (where the timer is kept) and after a
+/// preemption (where it has fired and is armed anew).
 #[test]
 fn a_task_queue_that_runs_on_is_still_preempted() {
     let (done_tx, done) = mpsc::channel();

@@ -168,12 +168,6 @@ impl<'a> FrameWriter<'a> {
     }
 }
 
-/// The index of the first byte that 1.1/1.2 escaping rewrites (`\\`, LF, `:`, CR), if any.
-/// Eight bytes at a time ("has a zero byte" on the word XOR each special byte: the lowest
-/// flagged byte is always a true match; a false flag can only sit above a true one): about a
-/// third of the instructions of a table lookup per byte on the short values headers hold
-/// (perf/RESULTS.md, "Encode once").
-#[inline]
 /// Bytes the `name:value` lines of `headers` take, unescaped.
 pub fn header_lines_len(headers: &[(&[u8], &[u8])]) -> usize {
     headers.iter().map(|(name, value)| name.len() + value.len() + 2).sum()
@@ -187,6 +181,12 @@ pub fn frame_room(command: Command, header_lines: usize, body_len: usize) -> usi
     command.as_str().len() + 1 + header_lines + b"content-length:".len() + MAX_DIGITS + 2 + body_len + 1
 }
 
+/// The index of the first byte that 1.1/1.2 escaping rewrites (`\\`, LF, `:`, CR), if any.
+/// Eight bytes at a time ("has a zero byte" on the word XOR each special byte: the lowest
+/// flagged byte is always a true match; a false flag can only sit above a true one): about a
+/// third of the instructions of a table lookup per byte on the short values headers hold
+/// (perf/RESULTS.md, "Encode once").
+#[inline]
 fn first_to_escape(s: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
