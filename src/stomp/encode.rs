@@ -34,14 +34,14 @@ impl<'a> FrameWriter<'a> {
         FrameWriter { buf, version, escape: command.escapes_headers(), dropped: 0 }
     }
 
-    /// [`begin`](Self::begin) after making room for the whole frame at once: `header_lines`
-    /// bytes of header lines as [`header_lines_len`] counts them (before any escaping) and a
-    /// body of `body_len`. Growing an empty buffer frame piece by frame piece reallocates it
-    /// four or five times for a CONNECTED (issue 19: a tenth of a connection's user-space
-    /// instructions went to that growth); this allocates once. Escapes that lengthen a value
-    /// only make the buffer grow as it would have.
-    pub fn begin_sized(buf: &'a mut BytesMut, version: Version, command: Command, header_lines: usize, body_len: usize) -> Self {
-        buf.reserve(frame_room(command, header_lines, body_len));
+    /// [`begin`](Self::begin) after making room for the whole frame at once: the header
+    /// lines of `headers` (every header the frame may carry, unescaped) and a body of
+    /// `body_len`. Growing an empty buffer frame piece by frame piece reallocates it four or
+    /// five times for a CONNECTED (issue 19: a tenth of a connection's user-space instructions
+    /// went to that growth); this allocates once. Escapes that lengthen a value only make the
+    /// buffer grow as it would have.
+    pub fn begin_sized(buf: &'a mut BytesMut, version: Version, command: Command, headers: &[(&[u8], &[u8])], body_len: usize) -> Self {
+        buf.reserve(frame_room(command, headers, body_len));
         Self::begin(buf, version, command)
     }
 
@@ -168,16 +168,12 @@ impl<'a> FrameWriter<'a> {
     }
 }
 
-/// Bytes the `name:value` lines of `headers` take, unescaped.
-pub fn header_lines_len(headers: &[(&[u8], &[u8])]) -> usize {
-    headers.iter().map(|(name, value)| name.len() + value.len() + 2).sum()
-}
-
-/// Bytes a frame takes with `header_lines` of header lines and a body of `body_len`: the
-/// command line, `content-length` (as many digits as any length has at most), the blank line,
-/// the body and the NUL.
-pub fn frame_room(command: Command, header_lines: usize, body_len: usize) -> usize {
+/// Bytes a frame takes with the `name:value` lines of `headers` (unescaped) and a body of
+/// `body_len`: the command line, the header lines, `content-length` (as many digits as any
+/// length has at most), the blank line, the body and the NUL.
+pub fn frame_room(command: Command, headers: &[(&[u8], &[u8])], body_len: usize) -> usize {
     const MAX_DIGITS: usize = 20;
+    let header_lines: usize = headers.iter().map(|(name, value)| name.len() + value.len() + 2).sum();
     command.as_str().len() + 1 + header_lines + b"content-length:".len() + MAX_DIGITS + 2 + body_len + 1
 }
 

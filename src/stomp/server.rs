@@ -3,7 +3,7 @@
 //! head encoded once: [`EncodedHead`], the same bytes). Each appends to the
 //! connection's write buffer and returns how many headers the negotiated version could not
 //! represent (dropped, and counted by the caller: seed 000).
-use super::encode::{header_lines_len, FrameWriter};
+use super::encode::FrameWriter;
 use super::error::WireError;
 use super::frame::{Command, Version};
 use bytes::BytesMut;
@@ -17,7 +17,7 @@ pub fn write_connected(buf: &mut BytesMut, version: Version, heart_beat: (u64, u
     let hb = heart_beat_value(&mut hb, heart_beat);
     let headers: [(&'static [u8], &[u8]); 4] =
         [(b"version", version.as_str().as_bytes()), (b"heart-beat", hb), (b"session", session), (b"server", SERVER.as_bytes())];
-    let mut w = FrameWriter::begin_sized(buf, version, Command::Connected, header_lines_len(&headers), 0);
+    let mut w = FrameWriter::begin_sized(buf, version, Command::Connected, &headers, 0);
     for (name, value) in headers {
         w.own_header(name, value);
     }
@@ -40,7 +40,7 @@ fn heart_beat_value(out: &mut [u8; HEART_BEAT_MAX], (send, expect): (u64, u64)) 
 }
 
 pub fn write_receipt(buf: &mut BytesMut, version: Version, receipt: &[u8]) -> u32 {
-    let mut w = FrameWriter::begin_sized(buf, version, Command::Receipt, header_lines_len(&[(b"receipt-id", receipt)]), 0);
+    let mut w = FrameWriter::begin_sized(buf, version, Command::Receipt, &[(b"receipt-id", receipt)], 0);
     w.own_header(b"receipt-id", receipt);
     w.finish(b"")
 }
@@ -50,9 +50,9 @@ pub fn write_receipt(buf: &mut BytesMut, version: Version, receipt: &[u8]) -> u3
 pub fn write_error(buf: &mut BytesMut, version: Version, err: WireError, receipt: Option<&[u8]>) -> u32 {
     let hint = err.hint();
     let hint = hint.as_bytes();
-    let lines = header_lines_len(&[(b"message", err.message().as_bytes()), (b"receipt-id", receipt.unwrap_or_default())])
-        + header_lines_len(&[(b"version", b"1.0,1.1,1.2"), (b"content-type", b"text/plain")]);
-    let mut w = FrameWriter::begin_sized(buf, version, Command::Error, lines, hint.len());
+    let at_most: [(&[u8], &[u8]); 4] =
+        [(b"message", err.message().as_bytes()), (b"receipt-id", receipt.unwrap_or_default()), (b"version", b"1.0,1.1,1.2"), (b"content-type", b"text/plain")];
+    let mut w = FrameWriter::begin_sized(buf, version, Command::Error, &at_most, hint.len());
     w.own_header(b"message", err.message().as_bytes());
     if let Some(r) = receipt {
         w.own_header(b"receipt-id", r);
@@ -165,6 +165,7 @@ pub fn write_message(buf: &mut BytesMut, version: Version, head: &MessageHead<'_
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stomp::encode::frame_room;
     use proptest::prelude::*;
 
     /// Header values with every byte the versions treat differently (escapes, CR, LF, ':').
@@ -197,20 +198,20 @@ mod tests {
             let mut buf = BytesMut::new();
             write_connected(&mut buf, v, (send, expect), &session);
             prop_assert!(buf.starts_with(b"CONNECTED\n"));
-            prop_assert_eq!(buf.capacity(), crate::stomp::encode::frame_room(Command::Connected, header_lines_len(&[
+            prop_assert_eq!(buf.capacity(), frame_room(Command::Connected, &[
                 (b"version", v.as_str().as_bytes()), (b"heart-beat", format!("{send},{expect}").as_bytes()), (b"session", &session), (b"server", SERVER.as_bytes()),
-            ]), 0));
+            ], 0));
             let mut buf = BytesMut::new();
             write_receipt(&mut buf, v, &receipt);
-            prop_assert_eq!(buf.capacity(), crate::stomp::encode::frame_room(Command::Receipt, header_lines_len(&[(b"receipt-id", &receipt)]), 0));
+            prop_assert_eq!(buf.capacity(), frame_room(Command::Receipt, &[(b"receipt-id", &receipt)], 0));
             for err in [WireError::UnsupportedVersion, WireError::Internal, WireError::ShuttingDown] {
                 let mut buf = BytesMut::new();
                 let r = with_receipt.then_some(&receipt[..]);
                 write_error(&mut buf, v, err, r);
                 let hint = err.hint();
-                let lines = header_lines_len(&[(b"message", err.message().as_bytes()), (b"receipt-id", r.unwrap_or_default())])
-                    + header_lines_len(&[(b"version", b"1.0,1.1,1.2"), (b"content-type", b"text/plain")]);
-                prop_assert_eq!(buf.capacity(), crate::stomp::encode::frame_room(Command::Error, lines, hint.len()));
+                let at_most: [(&[u8], &[u8]); 4] =
+                    [(b"message", err.message().as_bytes()), (b"receipt-id", r.unwrap_or_default()), (b"version", b"1.0,1.1,1.2"), (b"content-type", b"text/plain")];
+                prop_assert_eq!(buf.capacity(), frame_room(Command::Error, &at_most, hint.len()));
             }
         }
 
