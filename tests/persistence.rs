@@ -685,10 +685,16 @@ fn a_backlog_much_larger_than_the_cache_drains_completely_and_in_order_live_and_
     gw.stop(); // SIGKILL
 
     let gw = Gateway::spawn(&args, None);
-    let before = rss_kib(gw.pid());
     // The 128 MiB left are not loaded (recovery holds one 64 MiB segment at a time while it
-    // scans, and the allocator may keep that).
-    assert!(before < 112 * 1024, "recovery loads no contents: {before} KiB");
+    // scans, and the allocator may keep the last one freed until a core's tick gives it back:
+    // measured at once, a loaded CI machine once saw 120,984 KiB). Contents loaded would stay.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut before = rss_kib(gw.pid());
+    while before >= 112 * 1024 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        before = rss_kib(gw.pid());
+    }
+    assert!(before < 112 * 1024, "recovery loads no contents: {before} KiB, 10 s after the restart");
     let mut c = connected(&gw);
     let again = c.subscribe_expect("s", dest, &[], n / 2);
     assert!(bodies(&again) == (n / 2..n).map(body).collect::<Vec<_>>(), "the second half, complete and in order, after kill -9");
