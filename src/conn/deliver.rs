@@ -67,7 +67,7 @@ pub fn event(conn: &Conn, core: &Rc<Core>, pattern: Pattern, msg: &Arc<Message>,
     }
     write_event(core, &mut conn.wq.borrow_mut(), version, sub, n, pattern, msg);
     super::Counters::add(&conn.counters().frames_out, 1);
-    conn.write_ready.set();
+    conn.wake_writer();
     Delivery::Queued
 }
 
@@ -145,7 +145,7 @@ pub fn unpark(conn: &Conn, core: &Core, now: Instant, settled: &mut Vec<Ticket>)
     Metrics::add(&core.metrics.deliveries_dropped, dropped);
     drop(wq);
     if wrote {
-        conn.write_ready.set();
+        conn.wake_writer();
     }
 }
 
@@ -182,7 +182,7 @@ pub fn queue(conn: &Conn, core: &Core, msg: &Arc<Message>, n: SubNo, owner: Core
     stamp(&mut wq, Pattern::Queues, msg);
     Metrics::add(&core.metrics.messages_delivered, 1);
     drop(wq);
-    conn.write_ready.set();
+    conn.wake_writer();
     true
 }
 
@@ -240,7 +240,7 @@ pub fn rpc_reply(conn: &Conn, core: &Core, n: SubNo, pattern: Pattern, correlati
     count_dropped_headers(core, dropped);
     super::Counters::add(&conn.counters().frames_out, 1);
     drop(wq);
-    conn.write_ready.set();
+    conn.wake_writer();
 }
 
 /// A responder's error text, made safe for a header: printable ASCII only, at most 256 bytes.

@@ -1,6 +1,7 @@
-//! One STOMP client connection on the core that accepted it — I/O only. A reader task
-//! ([`read`]: socket → decoder → session), a writer task ([`write`]: write queue → socket, one
-//! write for every frame queued since the last), and the delivery side the core calls
+//! One STOMP client connection on the core that accepted it — I/O only. A reader ([`read`]:
+//! socket → decoder → session) and a writer ([`write`]: write queue → socket, one write for
+//! every frame queued since the last), driven together as the connection's one task
+//! ([`run`]), and the delivery side the core calls
 //! ([`deliver`], through [`Endpoint`]). All protocol decisions are the [`Session`]'s: the
 //! connection carries out its [`Action`]s.
 mod admission;
@@ -48,7 +49,11 @@ pub struct Conn {
     last_read: Cell<Instant>,
     last_write: Cell<Instant>,
     wq: RefCell<WriteQueue>,
+    /// Set when the write queue has something for the writer (see [`Conn::wake_writer`]).
     write_ready: LocalEvent,
+    /// True while the connection's own task is being polled ([`run`]): output queued then is
+    /// seen by the writer in the same poll, so it needs no wake-up.
+    in_own_poll: Cell<bool>,
     /// Set by the writer after each write: a reader paused on pending output looks again.
     output_drained: LocalEvent,
     /// The socket refused more bytes on the last write attempt (the peer is not reading).
@@ -144,6 +149,7 @@ impl Conn {
             last_write: Cell::new(now),
             wq: RefCell::new(WriteQueue::default()),
             write_ready: LocalEvent::default(),
+            in_own_poll: Cell::new(false),
             output_drained: LocalEvent::default(),
             write_blocked: Cell::new(false),
             session: RefCell::new(session),
@@ -310,7 +316,7 @@ impl Conn {
         if dropped > 0 {
             Metrics::add(&core.metrics.headers_dropped, u64::from(dropped));
         }
-        self.write_ready.set();
+        self.wake_writer();
     }
 
     /// Write what is queued, then close.
@@ -318,7 +324,20 @@ impl Conn {
         if self.state.get() == State::Open {
             self.state.set(State::Draining);
         }
-        self.write_ready.set();
+        self.wake_writer();
+    }
+
+    /// Tells the writer there is output (or a state change) to act on. From inside the
+    /// connection's own poll (the reader handling a frame, the writer's book-keeping) the flag
+    /// alone is enough: [`run`] polls the writer after the reader, and the writer looks again
+    /// after each write, so waking the task would only poll it once more for nothing. From
+    /// anywhere else (a delivery from another task, the ticker) the task is woken.
+    fn wake_writer(&self) {
+        if self.in_own_poll.get() {
+            self.write_ready.set_quietly();
+        } else {
+            self.write_ready.set();
+        }
     }
 
     /// Heart-beat duties: the watchdog on a silent peer, and our own beats on an idle line.
@@ -337,7 +356,7 @@ impl Conn {
             if wq.buf.is_empty() {
                 wq.buf.extend_from_slice(b"\n");
                 drop(wq);
-                self.write_ready.set();
+                self.wake_writer();
             }
         }
     }
@@ -422,25 +441,37 @@ pub fn serve(core: Rc<Core>, stream: stream::Stream, identity: Option<Bytes>) ->
     run(core, conn, rd, wr)
 }
 
+/// The reader and the writer of one connection, driven as one task: `zip` polls both each time
+/// either is woken. A second task would cost a spawn per connection and a task switch per
+/// burst of output (the reader queues CONNECTED or a RECEIPT, then the writer's task has to be
+/// scheduled to write it); polled together, the writer sees the reader's output in the same
+/// poll and writes it at once. A blocked write still never holds the reader up, nor a
+/// read the writer: each half waits on its own readiness source.
 async fn run(core: Rc<Core>, conn: Rc<Conn>, mut rd: stream::ReadHalf, mut wr: stream::WriteHalf) {
     let (id, fd) = (conn.id, conn.fd);
-    let writer = {
-        let core = Rc::clone(&core);
-        let conn = Rc::clone(&conn);
-        glommio::spawn_local(async move { write::write_loop(&core, &conn, &mut wr).await })
+    let reading = async {
+        read::read_loop(&core, &conn, &mut rd).await;
+        // Reading is over: give back what this connection held (requeue unacked queue
+        // messages, drop subscriptions, abort transactions), then let the writer finish what
+        // is queued.
+        conn.with_session(&core, |s, out| s.release(out));
+        core.drain_local();
+        if conn.state.get() == State::Open && !conn.session.borrow().owes_frames() {
+            conn.state.set(State::Dead);
+        }
+        conn.wake_writer();
     };
-    read::read_loop(&core, &conn, &mut rd).await;
-    // Reading is over: give back what this connection held (requeue unacked queue messages,
-    // drop subscriptions, abort transactions), then let the writer finish what is queued.
-    conn.with_session(&core, |s, out| s.release(out));
-    core.drain_local();
-    if conn.state.get() == State::Open && !conn.session.borrow().owes_frames() {
-        conn.state.set(State::Dead);
-    }
-    conn.write_ready.set();
+    let mut both = std::pin::pin!(futures_lite::future::zip(reading, write::write_loop(&core, &conn, &mut wr)));
+    let ((), writer_shut_down) = std::future::poll_fn(|cx| {
+        conn.in_own_poll.set(true);
+        let polled = std::future::Future::poll(both.as_mut(), cx);
+        conn.in_own_poll.set(false);
+        polled
+    })
+    .await;
     // One shutdown(2) per connection: the writer has already done it when it closed after
     // its last frame.
-    if !writer.await {
+    if !writer_shut_down {
         stream::shutdown_both(fd);
     }
     core.detach(id);

@@ -1,4 +1,4 @@
-//! The reader task: socket → decoder → session, one read batch at a time.
+//! The reader: socket → decoder → session, one read batch at a time.
 use super::write::{OUTPUT_PAUSE_BYTES, OUTPUT_RESUME_BYTES};
 use super::Conn;
 use crate::engine::metrics::Metrics;

@@ -1,4 +1,4 @@
-//! The write queue and the writer task: every frame queued since the last write goes out in
+//! The write queue and the writer: every frame queued since the last write goes out in
 //! one write, then the book-keeping for what reached the socket.
 use super::{Conn, State};
 use crate::engine::Core;

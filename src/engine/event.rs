@@ -18,6 +18,11 @@ impl LocalEvent {
             w.wake();
         }
     }
+    /// Sets the flag without waking anyone: for a setter that knows its waiter will be polled
+    /// anyway before it could sleep (it runs in the same task, later in the same poll).
+    pub fn set_quietly(&self) {
+        self.set.set(true);
+    }
     pub fn is_set(&self) -> bool {
         self.set.get()
     }
