@@ -55,6 +55,43 @@ fn fan_out_reaches_every_subscriber_on_every_connection() {
     }
 }
 
+/// A connection that subscribes to what it publishes gets every message back, on channels
+/// owned by its own core (the delivery is queued while the connection's own task is handling
+/// the SEND, so only a flag tells the writer) and by the other core (it comes back through
+/// the mesh, from another task, which wakes the connection).
+#[test]
+fn a_connection_subscribed_to_its_own_sends_gets_each_one_back() {
+    let server = TestServer::start();
+    // Eight channels: on two cores, both owners are all but certain to be among them.
+    let topics: Vec<String> = (0..8).map(|_| topic()).collect();
+    let mut c = server.connected();
+    for (i, t) in topics.iter().enumerate() {
+        assert!(c.subscribe_sync(&format!("s{i}"), t, &[]).is_empty());
+    }
+    const SENDS: usize = 200;
+    for n in 0..SENDS {
+        let body = n.to_string();
+        let mut headers = vec![("destination", topics[n % topics.len()].as_str())];
+        if n + 1 == SENDS {
+            headers.push(("receipt", "last"));
+        }
+        c.send("SEND", &headers, body.as_bytes());
+    }
+    let (receipt, mut got) = c.until("RECEIPT");
+    assert_eq!(receipt.header("receipt-id"), Some("last"));
+    assert!(got.iter().all(|f| f.command == "MESSAGE"), "{got:?}");
+    let rest = SENDS - got.len();
+    got.extend(c.read_messages(rest));
+    c.no_frame(QUIET);
+    // Each channel's messages in the order they were sent, every one exactly once.
+    for (i, t) in topics.iter().enumerate() {
+        let bodies: Vec<usize> =
+            got.iter().filter(|m| m.header("destination") == Some(t.as_str())).map(|m| String::from_utf8_lossy(&m.body).parse().unwrap()).collect();
+        let sent: Vec<usize> = (0..SENDS).filter(|n| n % topics.len() == i).collect();
+        assert_eq!(bodies, sent, "channel {i}");
+    }
+}
+
 #[test]
 fn each_publisher_order_is_kept() {
     let server = TestServer::start();
