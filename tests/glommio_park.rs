@@ -22,7 +22,8 @@
 //! armed across the executor's turns: an earlier timer set while a later one is armed still
 //! wakes a parked executor on time, and a task queue that runs on is still preempted. Between
 //! them, `timers_fire_in_deadline_order_…` guards the fifth change (due timers taken from the
-//! front of the timer map instead of splitting it every turn).
+//! front of the timer map instead of splitting it every turn). The final test guards what was
+//! withdrawn from the second change: a sleep timer kept from park to park lost wake-ups.
 
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -171,8 +172,8 @@ fn an_executor_parks_without_registering_for_or_issuing_a_membarrier() {
 }
 
 /// The timers' change (vendor/README.md, "timers kept armed across executor turns"): a parked
-/// executor sleeps on the timer armed for its next expiry and keeps it from sleep to sleep;
-/// a timer set later that expires sooner must replace it. Here a task waits on a 10 s timer
+/// executor sleeps on the timer armed for its next expiry; a timer set later that expires
+/// sooner must wake it on time, not a timer armed for an earlier sleep. Here a task waits on a 10 s timer
 /// (the executor parks on it), and each message from a plain thread starts a 20 ms timer,
 /// which must fire in about 20 ms, not when the 10 s one does. The bounds are loose on
 /// purpose (never early; well under 10 s): they tell a replaced timer from a kept stale one,
@@ -281,4 +282,69 @@ fn a_task_queue_that_runs_on_is_still_preempted() {
     });
     expect_count(&done, 3, "preemptions seen");
     ex.join().expect("executor ends");
+}
+
+/// A short sleep raced against messages from a plain thread, as the store's commit loop and
+/// the gateway's other timed waits do: whichever comes first ends the wait, and the loser is
+/// dropped. Each wait must end within its timer's period plus scheduling noise. With the
+/// timers' change as first written (the sleep timer kept armed from one park to the next,
+/// even while the executor ran in between) about one wait in 2,000 slept through both its
+/// 300 µs timer and the messages until the next 100 ms tick (16 waits of 87–92 ms in 8 s on
+/// the development machine); with the sleep timer dropped on every turn, as upstream does,
+/// none did (worst 4.5 ms). The bound counts waits over 50 ms and allows two for a loaded
+/// machine: the fault made 7–16 in 6–8 s, also with the other tests of this file beside it.
+#[test]
+fn a_short_sleep_raced_against_messages_never_sleeps_until_the_next_tick() {
+    const WAIT: Duration = Duration::from_micros(300);
+    const RUN: Duration = Duration::from_secs(8);
+    let (tx, rx) = flume::unbounded::<()>();
+    let (done_tx, done) = mpsc::channel();
+    let ex = executor(0, "park-test-raced-sleep", move || async move {
+        // The gateway's cores have a 100 ms tick; it ends a stalled sleep here as it would there.
+        glommio::spawn_local(async {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .detach();
+        let (mut waits, mut stalled, mut worst) = (0u64, 0u64, Duration::ZERO);
+        let end = Instant::now() + RUN;
+        while Instant::now() < end {
+            let start = Instant::now();
+            futures_lite::future::or(
+                async {
+                    let _ = rx.recv_async().await;
+                },
+                glommio::timer::sleep(WAIT),
+            )
+            .await;
+            let took = start.elapsed();
+            worst = worst.max(took);
+            stalled += u64::from(took > Duration::from_millis(50));
+            waits += 1;
+            if waits % 3 == 0 {
+                // A sleep of its own between some waits, as between commits.
+                glommio::timer::sleep(WAIT / 2).await;
+            }
+        }
+        let _ = done_tx.send((waits, stalled, worst));
+    });
+    let sender = std::thread::spawn(move || {
+        // Messages 0–600 µs apart (xorshift), so some arrive before the timer and some after.
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        loop {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            std::thread::sleep(Duration::from_micros(x % 600));
+            if tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    let (waits, stalled, worst) = done.recv_timeout(DEADLINE).expect("the waits finish");
+    ex.join().expect("executor ends");
+    sender.join().expect("sender ends");
+    assert!(waits > 1_000, "only {waits} waits in {RUN:?}");
+    assert!(stalled <= 2, "{stalled} of {waits} waits took over 50 ms (worst {worst:?}): a sleep timer was lost");
 }

@@ -1229,9 +1229,8 @@ pub(crate) struct Reactor {
     /// stompgate patch (vendor/README.md): the instant the armed preempt timer fires; `None`
     /// when none is armed.
     latency_preemption_deadline: Cell<Option<Instant>>,
-    /// stompgate patch: the user timer armed for a sleep, and when it fires (see `wait`).
+    /// stompgate patch: the user timer armed for a sleep (see `wait`).
     sleep_timeout_src: Cell<Option<Source>>,
-    sleep_deadline: Cell<Option<Instant>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1258,10 +1257,6 @@ pub(crate) fn common_flags() -> PollFlags {
 pub(crate) fn read_flags() -> PollFlags {
     PollFlags::POLLIN | PollFlags::POLLPRI
 }
-
-/// stompgate patch (vendor/README.md): how far from the expiry asked for a sleep timer armed
-/// before may fire and still be kept.
-const SLEEP_TIMER_SLACK: Duration = Duration::from_micros(100);
 
 macro_rules! consume_rings {
     (into $woke:expr; $( $ring:expr ),+ ) => {{
@@ -1369,7 +1364,6 @@ impl Reactor {
             latency_preemption_timeout_src: Cell::new(None),
             latency_preemption_deadline: Cell::new(None),
             sleep_timeout_src: Cell::new(None),
-            sleep_deadline: Cell::new(None),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1853,6 +1847,9 @@ impl Reactor {
                 }
                 (Some(_), None) => false,
             };
+        // stompgate patch: the user timer armed for the last sleep is cancelled on every turn,
+        // as upstream does (keeping it from park to park lost wake-ups: vendor/README.md).
+        drop(self.sleep_timeout_src.take());
         if !keep_latency_timer {
             drop(self.latency_preemption_timeout_src.take());
             self.latency_preemption_deadline.set(None);
@@ -1893,25 +1890,12 @@ impl Reactor {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
             //
-            // stompgate patch: in a slot of its own, and kept while it still fires within
-            // `SLEEP_TIMER_SLACK` of the expiry asked for (a timer's expiry does not move, so
-            // the same one is asked for sleep after sleep). One that fires sooner than asked
-            // wakes this executor early, once; one that fires while it runs preempts its task
-            // queue, once: both as harmless as upstream's periodic preempt timer.
+            // stompgate patch: in a slot of its own (the preempt timer may be kept in the
+            // other), cancelled on the next turn.
             if let Some(dur) = user_timer {
-                let deadline = now + dur;
-                let keep = Self::pending(&self.sleep_timeout_src)
-                    && self.sleep_deadline.get().is_some_and(|armed| {
-                        armed + SLEEP_TIMER_SLACK >= deadline && armed <= deadline + SLEEP_TIMER_SLACK
-                    });
-                if !keep {
-                    drop(self.sleep_timeout_src.take());
-                    self.sleep_timeout_src
-                        .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
-                    self.sleep_deadline.set(Some(deadline));
-                    flush_cancellations!(into &mut 0; lat_ring);
-                    assert!(flush_rings!(lat_ring)? > 0);
-                }
+                self.sleep_timeout_src
+                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                assert!(flush_rings!(lat_ring)? > 0);
             }
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
