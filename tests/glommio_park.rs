@@ -173,10 +173,10 @@ fn an_executor_parks_without_registering_for_or_issuing_a_membarrier() {
 
 /// The timers' change (vendor/README.md, "timers kept armed across executor turns"): a parked
 /// executor sleeps on the timer armed for its next expiry; a timer set later that expires
-/// sooner must wake it on time, not a timer armed for an earlier sleep. Here a task waits on a 10 s timer
-/// (the executor parks on it), and each message from a plain thread starts a 20 ms timer,
-/// which must fire in about 20 ms, not when the 10 s one does. The bounds are loose on
-/// purpose (never early; well under 10 s): they tell a replaced timer from a kept stale one,
+/// sooner must wake it on time, not a timer armed for an earlier sleep. Here a task waits on
+/// a 10 s timer (the executor parks on it), and each message from a plain thread starts a
+/// 20 ms timer, which must fire in about 20 ms, not when the 10 s one does. The bounds are
+/// loose on purpose (never early; well under 10 s): they tell a fresh timer from a stale one,
 /// they do not time anything.
 #[test]
 fn an_earlier_timer_set_while_a_later_one_is_armed_wakes_the_parked_executor_on_time() {
