@@ -165,6 +165,44 @@ fn receipted_unacked_queue_messages_survive_kill_9_and_acked_ones_do_not_come_ba
     drop(gw);
 }
 
+/// After a commit that released a whole window of confirmations, the commit loop waits for the
+/// senders' answers (the "echo", `engine::durable`), but never past its cap: a SEND sent alone
+/// after a window of 64 pipelined receipted SENDs gets its RECEIPT though no echo of 64 ever
+/// comes, three times over, and every message is in the queue once.
+#[test]
+fn a_lone_receipted_send_after_a_window_of_64_is_confirmed_though_no_echo_comes() {
+    let store = TempStore::new("echo");
+    let dest = "/queue/persist.echo";
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut p = connected(&gw);
+    let mut sent = 0;
+    for round in 0..3 {
+        let mut window = Vec::new();
+        for i in 0..64 {
+            let receipt = format!("w{round}-{i}");
+            window.extend(common::props::frame_bytes("SEND", &[("destination", dest), ("receipt", &receipt)], format!("m{sent}").as_bytes()));
+            sent += 1;
+        }
+        p.send_raw(&window);
+        let receipts: BTreeSet<String> = (0..64)
+            .map(|_| {
+                let f = p.frame();
+                assert_eq!(f.command, "RECEIPT", "{f:?}");
+                f.header("receipt-id").unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(receipts, (0..64).map(|i| format!("w{round}-{i}")).collect::<BTreeSet<_>>());
+        // One more, alone: its commit must not wait for 64 answers that never come.
+        assert!(p.send_sync("SEND", &[("destination", dest)], format!("m{sent}").as_bytes()).is_empty());
+        sent += 1;
+    }
+    let mut c = connected(&gw);
+    let got = c.subscribe_expect("s", dest, &[], sent);
+    assert_eq!(got.len(), sent);
+    assert_eq!(body_set(&got), (0..sent).map(|i| format!("m{i}")).collect::<BTreeSet<_>>());
+    c.no_frame(Duration::from_millis(200));
+}
+
 #[test]
 fn a_second_process_on_the_same_store_dir_fails_fast_with_one_line() {
     let store = TempStore::new("lock");
