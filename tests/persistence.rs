@@ -165,6 +165,26 @@ fn receipted_unacked_queue_messages_survive_kill_9_and_acked_ones_do_not_come_ba
     drop(gw);
 }
 
+/// 64 receipted SENDs to `dest` written at once (bodies `m{sent}` on), then their 64 RECEIPTs
+/// (receipt ids `w{round}-{i}`): one window of a producer that keeps 64 outstanding.
+fn send_window_of_64(p: &mut Client, dest: &str, round: usize, sent: &mut usize) {
+    let mut window = Vec::new();
+    for i in 0..64 {
+        let receipt = format!("w{round}-{i}");
+        window.extend(common::props::frame_bytes("SEND", &[("destination", dest), ("receipt", &receipt)], format!("m{sent}").as_bytes()));
+        *sent += 1;
+    }
+    p.send_raw(&window);
+    let receipts: BTreeSet<String> = (0..64)
+        .map(|_| {
+            let f = p.frame();
+            assert_eq!(f.command, "RECEIPT", "{f:?}");
+            f.header("receipt-id").unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(receipts, (0..64).map(|i| format!("w{round}-{i}")).collect::<BTreeSet<_>>());
+}
+
 /// After a commit that released a whole window of confirmations, the commit loop waits for the
 /// senders' answers (the "echo", `engine::durable`), but never past its cap: a SEND sent alone
 /// after a window of 64 pipelined receipted SENDs gets its RECEIPT though no echo of 64 ever
@@ -177,21 +197,7 @@ fn a_lone_receipted_send_after_a_window_of_64_is_confirmed_though_no_echo_comes(
     let mut p = connected(&gw);
     let mut sent = 0;
     for round in 0..3 {
-        let mut window = Vec::new();
-        for i in 0..64 {
-            let receipt = format!("w{round}-{i}");
-            window.extend(common::props::frame_bytes("SEND", &[("destination", dest), ("receipt", &receipt)], format!("m{sent}").as_bytes()));
-            sent += 1;
-        }
-        p.send_raw(&window);
-        let receipts: BTreeSet<String> = (0..64)
-            .map(|_| {
-                let f = p.frame();
-                assert_eq!(f.command, "RECEIPT", "{f:?}");
-                f.header("receipt-id").unwrap().to_owned()
-            })
-            .collect();
-        assert_eq!(receipts, (0..64).map(|i| format!("w{round}-{i}")).collect::<BTreeSet<_>>());
+        send_window_of_64(&mut p, dest, round, &mut sent);
         // One more, alone: its commit must not wait for 64 answers that never come.
         assert!(p.send_sync("SEND", &[("destination", dest)], format!("m{sent}").as_bytes()).is_empty());
         sent += 1;
@@ -200,6 +206,31 @@ fn a_lone_receipted_send_after_a_window_of_64_is_confirmed_though_no_echo_comes(
     let got = c.subscribe_expect("s", dest, &[], sent);
     assert_eq!(got.len(), sent);
     assert_eq!(body_set(&got), (0..sent).map(|i| format!("m{i}")).collect::<BTreeSet<_>>());
+    c.no_frame(Duration::from_millis(200));
+}
+
+/// Deliveries held back while a commit waits for its echo (`array::queue`, "Deliveries held
+/// back for a commit's echo") are handed out when the wait ends: a subscribed consumer gets
+/// every message of a window of 64 pipelined receipted SENDs and of the lone unreceipted SEND
+/// after it (sent while the next commit waits for an echo that never comes), round after
+/// round, each message once.
+#[test]
+fn a_consumer_gets_what_was_sent_while_a_commit_waited_for_its_echo() {
+    let store = TempStore::new("echo-deliver");
+    let dest = "/queue/persist.echo-deliver";
+    let gw = Gateway::spawn(&["--store-dir", store.arg()], None);
+    let mut c = connected(&gw);
+    assert!(c.subscribe_sync("s", dest, &[]).is_empty());
+    let mut p = connected(&gw);
+    let mut sent = 0;
+    for round in 0..3 {
+        let first = sent;
+        send_window_of_64(&mut p, dest, round, &mut sent);
+        p.publish(dest, format!("m{sent}").as_bytes());
+        sent += 1;
+        let got = c.read_messages(sent - first);
+        assert_eq!(body_set(&got), (first..sent).map(|i| format!("m{i}")).collect::<BTreeSet<_>>(), "round {round}");
+    }
     c.no_frame(Duration::from_millis(200));
 }
 

@@ -87,6 +87,20 @@
 //! a larger message keeps at most a few times its size alive, and copying it costs more
 //! memory for a while than it saves.
 //! A new queue's name is copied too, not kept as a view of the frame that named it.
+//!
+//! # Deliveries held back for a commit's echo
+//! While the core's commit loop waits for a commit's echo (`engine::durable`, "The echo"), it
+//! asks the queues to hold their deliveries back ([`Queues::hold_deliveries`]): a pump then
+//! still confirms and paces SENDs (what it holds back counts in the backlog pacing looks at:
+//! one echo's worth of messages at most), but hands nothing to consumers or pulls; the queues it
+//! would have served are noted and pumped when the wait ends ([`Queues::release_deliveries`],
+//! at most twice `--store-sync-interval-us` later). The echo is the senders' answer to the
+//! last commit; what delays it is everything else the owner core does meanwhile, mostly the
+//! consumer side of the same messages (MESSAGE frames, their ACKs, settlement records). Held
+//! back, that work runs during the commit's sync, when the core would otherwise wait, so the
+//! next batch fills sooner (perf/RESULTS.md, "Deliveries held back for the echo"). The cost is
+//! latency to consumers under that load: a message waits for the rest of its batch (the
+//! echo) before it is delivered, rather than the RECEIPT alone waiting.
 use super::log::segment::SegmentId;
 use super::persist::{Journal, Loc, LogEpoch, Placement, ReadError, ReadRequest, Recovered, RecoveredBody, Replay};
 use super::{footprint, Outbox};
@@ -537,6 +551,10 @@ pub struct Queues {
     reads: Vec<ReadRequest>,
     /// Removing pulls' removals not journaled yet, oldest first (see "Removing pulls").
     removals: VecDeque<Removal>,
+    /// Deliveries are held back (see "Deliveries held back for a commit's echo").
+    holding: bool,
+    /// The queues a pump left unserved while holding, each once.
+    held_back: Vec<Channel>,
 }
 
 /// Counters a test or a metrics endpoint can read.
@@ -562,7 +580,26 @@ impl Queues {
             cache: CacheStats { budget: usize::MAX, ..CacheStats::default() },
             reads: Vec::new(),
             removals: VecDeque::new(),
+            holding: false,
+            held_back: Vec::new(),
         }
+    }
+
+    /// From now until [`Queues::release_deliveries`], pumps confirm and pace SENDs but deliver
+    /// nothing (see "Deliveries held back for a commit's echo").
+    pub fn hold_deliveries(&mut self) {
+        self.holding = true;
+    }
+
+    /// Ends [`Queues::hold_deliveries`]: pumps every queue a pump left unserved meanwhile.
+    pub fn release_deliveries(&mut self, now: Instant, out: &mut Outbox) {
+        self.holding = false;
+        let mut held_back = std::mem::take(&mut self.held_back);
+        for channel in held_back.drain(..) {
+            self.pump(&channel, now, out);
+        }
+        // The list's allocation is kept for the next wait.
+        self.held_back = held_back;
     }
 
     /// Lets message contents take at most `bytes` of memory beyond the read-ahead windows
@@ -1045,25 +1082,37 @@ impl Queues {
             .collect()
     }
 
-    /// Serves waiting pulls, then hands ready messages to consumers with room, round robin,
-    /// then releases held receipts if the backlog allows.
+    /// Serves waiting pulls, then hands ready messages to consumers with room, round robin
+    /// (unless deliveries are held back: then it notes the queue), then releases held
+    /// receipts if the backlog allows.
     fn pump(&mut self, channel: &Channel, now: Instant, out: &mut Outbox) {
-        // One lookup for the whole pump: it runs on every send and every settle.
+        // One lookup for the whole pump (two when deliveries are held back and the queue is not
+        // noted yet): it runs on every send and every settle.
+        if self.holding && !self.held_back.contains(channel) {
+            // A linear scan: a wait lasts a fraction of a millisecond, so the list holds the
+            // few queues busy meanwhile. The map's copy of the name is kept, not `channel`,
+            // which may be a view of a connection's read buffer.
+            if let Some((name, _)) = self.channels.get_key_value(channel) {
+                self.held_back.push(name.clone());
+            }
+        }
         let Some(ch) = self.channels.get_mut(channel) else { return };
-        let mut shared = Shared {
-            core: self.core,
-            cores: self.cores,
-            ack_timeout: self.ack_timeout,
-            now,
-            next_tag: &mut self.next_tag,
-            journal: &mut self.journal,
-            cache: &mut self.cache,
-            removals: &mut self.removals,
-        };
-        serve_waiters(ch, channel, &mut shared, out);
-        deliver_ready(ch, channel, now, &mut shared, out);
-        ch.prune_deadlines();
-        ch.read_ahead(channel, &mut self.reads);
+        if !self.holding {
+            let mut shared = Shared {
+                core: self.core,
+                cores: self.cores,
+                ack_timeout: self.ack_timeout,
+                now,
+                next_tag: &mut self.next_tag,
+                journal: &mut self.journal,
+                cache: &mut self.cache,
+                removals: &mut self.removals,
+            };
+            serve_waiters(ch, channel, &mut shared, out);
+            deliver_ready(ch, channel, now, &mut shared, out);
+            ch.prune_deadlines();
+            ch.read_ahead(channel, &mut self.reads);
+        }
         if ch.held_receipts.is_empty() {
             return;
         }
@@ -1673,6 +1722,37 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// "Deliveries held back for a commit's echo": while held, SENDs are still confirmed and
+    /// ACKs still settle, but nothing is delivered; the release hands out what waited, in
+    /// order, each message once, and the queue pumps as before after it.
+    #[test]
+    fn held_back_deliveries_go_out_in_order_on_release_and_sends_are_confirmed_meanwhile() {
+        let mut q = Queues::new(CoreId(0), 1, Duration::from_secs(30));
+        let now = Instant::now();
+        let mut out = Outbox::new();
+        q.subscribe(ch(), sub(0, 1), 100, now, &mut out);
+        q.send(msg("0"), None, Some(ticket(0)), now, &mut out);
+        assert_eq!(confirmed(&out), [0]);
+        out.retain(|(_, m)| !matches!(m, CoreMsg::Done { .. }));
+        let first = deliveries(&mut out);
+        assert_eq!(first.len(), 1);
+        q.hold_deliveries();
+        for i in 1..4 {
+            q.send(msg(&i.to_string()), None, Some(ticket(i)), now, &mut out);
+        }
+        q.settle(&ch(), sub(0, 1), &[first[0].1], &Settle::Ack, now, &mut out);
+        assert_eq!(confirmed(&out), [1, 2, 3], "confirmed while held");
+        assert_eq!(out.len(), 3, "and nothing delivered");
+        assert_eq!(q.depth(&ch()), QueueDepth { ready: 3, inflight: 0, consumers: 1 });
+        out.clear();
+        q.release_deliveries(now, &mut out);
+        assert_eq!(deliveries(&mut out).iter().map(|x| x.2.as_str()).collect::<Vec<_>>(), ["1", "2", "3"]);
+        q.release_deliveries(now, &mut out);
+        assert!(out.is_empty(), "released once");
+        q.send(msg("4"), None, None, now, &mut out);
+        assert_eq!(deliveries(&mut out).iter().map(|x| x.2.as_str()).collect::<Vec<_>>(), ["4"]);
     }
 
     #[test]

@@ -340,8 +340,8 @@ pub(super) struct Cli {
     /// Group commit: the shortest time between two syncs of one core's log, in microseconds;
     /// records arriving in between share the next write and fdatasync; after a sync that
     /// confirmed 32 or more operations, the next waits up to twice this for their senders'
-    /// answers. Default 200. Env STOMPGATE_STORE_SYNC_INTERVAL_US. TOML key:
-    /// store_sync_interval_us.
+    /// answers (queue deliveries wait with it). Default 200. Env
+    /// STOMPGATE_STORE_SYNC_INTERVAL_US. TOML key: store_sync_interval_us.
     #[arg(long, value_name = "US", allow_negative_numbers = true)]
     pub(super) store_sync_interval_us: Option<String>,
 

@@ -47,6 +47,11 @@
 //! not answered costs its next operation at most the cap, once. With `--store-sync write`
 //! there is no sync to save, and no wait.
 //!
+//! During the wait the queues hold their deliveries back and hand them out when it ends
+//! (`array::queue`, "Deliveries held back for a commit's echo"): the echo comes sooner when
+//! the core is not also serving the consumer side of the same messages, which then runs
+//! during the sync instead.
+//!
 //! A failed write or sync confirms none of the batch's operations: their issuers get
 //! `Failed` (a STOMP RECEIPT becomes an ERROR), as after a failed `fdatasync` the data may be
 //! gone even if a retry succeeded. When the failure is a full disk (ENOSPC, EDQUOT) they get
@@ -584,9 +589,10 @@ impl Core {
     /// After a commit that released at least [`ECHO_MIN`] confirmations, waits until as
     /// many more are held as it released — those senders' next operations, on top of what
     /// waited already — or until `until`, whichever comes first; with `--store-sync fsync`
-    /// only (see the module doc, "The echo").
-    async fn wait_for_echo(&self, released: usize, until: Instant) {
-        let Some(d) = &self.durable else { return };
+    /// only (see the module doc, "The echo"). The queues hold their deliveries back
+    /// meanwhile, and hand them out when it ends.
+    async fn wait_for_echo(self: &Rc<Self>, released: usize, until: Instant) {
+        let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
         if released < ECHO_MIN || d.sync != StoreSync::Fsync {
             return;
         }
@@ -597,8 +603,16 @@ impl Core {
         }
         d.echo.reset();
         d.echo_target.set(target);
+        // The consumer side of what arrives meanwhile waits for the sync (`array::queue`,
+        // "Deliveries held back for a commit's echo").
+        shard.borrow_mut().queues.hold_deliveries();
         futures_lite::future::or(d.echo.wait(), glommio::timer::sleep(until - now)).await;
         d.echo_target.set(0);
+        let mut out = crate::array::Outbox::new();
+        shard.borrow_mut().queues.release_deliveries(Instant::now(), &mut out);
+        self.hold_for_log(&mut out);
+        self.dispatch_all(&mut out);
+        self.drain_local();
     }
 
     /// Counts this core among the backed-up ones (every connection reader pauses, as for a
