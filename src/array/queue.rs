@@ -95,8 +95,8 @@
 //! one echo's worth of messages at most), but hands nothing to consumers or pulls; the queues it
 //! would have served are noted and pumped when the wait ends ([`Queues::release_deliveries`],
 //! at most twice `--store-sync-interval-us` later). The echo is the senders' answer to the
-//! last commit; what delays it is everything else the owner core does meanwhile, mostly the
-//! consumer side of the same messages (MESSAGE frames, their ACKs, settlement records). Held
+//! last commit; what delays it is everything else the owner core does meanwhile, much of it
+//! the consumer side of the same messages (MESSAGE frames, their ACKs, settlement records). Held
 //! back, that work runs during the commit's sync, when the core would otherwise wait, so the
 //! next batch fills sooner (perf/RESULTS.md, "Deliveries held back for the echo"). The cost is
 //! latency to consumers under that load: a message waits for the rest of its batch (the
