@@ -97,7 +97,11 @@ impl Core {
         self.dispatch(to, msg);
     }
 
+    /// Sends what the array put in `out`: first the confirmations that must wait for the log
+    /// are held back (`hold_for_log`, which also starts the commit), then the rest goes out.
+    /// Every outbox the array fills leaves through here, so no confirmation can bypass the log.
     pub fn dispatch_all(self: &Rc<Self>, out: &mut Outbox) {
+        self.hold_for_log(out);
         for (to, msg) in out.drain(..) {
             match msg {
                 // A delivery that carries a publish ticket is owed a confirmation: dropping it

@@ -350,9 +350,9 @@ fn is_disk_full(e: &std::io::Error) -> bool {
 }
 
 impl Core {
-    /// Called with every outbox the shard filled, before it is dispatched: holds back the
-    /// confirmations that must wait for the log (see the module doc) and starts a commit when
-    /// records are pending.
+    /// Called by `dispatch_all` with every outbox the shard filled, before it is sent: holds
+    /// back the confirmations that must wait for the log (see the module doc) and starts a
+    /// commit when records are pending.
     pub(super) fn hold_for_log(self: &Rc<Self>, out: &mut crate::array::Outbox) {
         let (Some(d), Backend::Embedded(shard)) = (&self.durable, &self.backend) else { return };
         self.note_pending();
@@ -608,10 +608,12 @@ impl Core {
         shard.borrow_mut().queues.hold_deliveries();
         futures_lite::future::or(d.echo.wait(), glommio::timer::sleep(until - now)).await;
         d.echo_target.set(0);
-        let mut out = crate::array::Outbox::new();
+        // The core's reused outbox (a wait ends every commit under load): free here, as no
+        // handling is under way while this task runs.
+        let mut out = std::mem::take(&mut *self.scratch_out.borrow_mut());
         shard.borrow_mut().queues.release_deliveries(Instant::now(), &mut out);
-        self.hold_for_log(&mut out);
         self.dispatch_all(&mut out);
+        *self.scratch_out.borrow_mut() = out;
         self.drain_local();
     }
 
@@ -651,7 +653,6 @@ impl Core {
             let failed = results.iter().any(|(_, r)| matches!(r, Err(ReadError::Io(_))));
             let mut out = crate::array::Outbox::new();
             shard.borrow_mut().queues.loaded(results, Instant::now(), &mut out);
-            self.hold_for_log(&mut out);
             self.dispatch_all(&mut out);
             self.drain_local();
             if failed {

@@ -77,6 +77,8 @@ pub struct Core {
     next_conn: Cell<u64>,
     next_id: Cell<u64>,
     id_arena: RefCell<bytes::BytesMut>,
+    /// One outbox reused by the core's handling and by the end of a commit's echo wait (never
+    /// both at once: neither runs inside the other).
     scratch_out: RefCell<Outbox>,
     pub stopping: event::LocalEvent,
 }
@@ -251,7 +253,6 @@ impl Core {
         if let Some(msg) = self.backend.apply(msg, self.cores, &mut out) {
             self.deliver(msg, &mut out);
         }
-        self.hold_for_log(&mut out);
         self.dispatch_all(&mut out);
         *self.scratch_out.borrow_mut() = out;
     }
@@ -364,7 +365,6 @@ impl Core {
         let mut out = Outbox::new();
         self.backend.tick(now, &mut out);
         self.store_tick();
-        self.hold_for_log(&mut out);
         self.dispatch_all(&mut out);
         for endpoint in self.all_endpoints() {
             endpoint.tick(self, now);
