@@ -269,6 +269,14 @@ struct Link {
     /// Sender side: the peer asked for `snd-settle-mode=settled`, so queue messages go out
     /// settled and are acknowledged as they are sent (seed 002's at-most-once queue consumer).
     presettled: bool,
+    /// Sender side, Events / Events-Store: the token of the array's confirmation that the
+    /// link's subscription exists, until it comes (`Machine::attaching`).
+    subscribing: Option<u64>,
+    /// ...and our ATTACH, encoded and held until then. A client that sees the ATTACH may
+    /// publish at once, from anywhere, and expects its receiver to get it; a remote array's
+    /// subscription stream takes a round trip to exist. Written early when something else
+    /// must reach the peer on the link first (a delivery, our DETACH, a drain or echo).
+    held_attach: Option<BytesMut>,
 }
 
 /// A message waiting in a link for credit.
@@ -318,6 +326,9 @@ pub struct Machine {
     /// Unsettled incoming transfers waiting for the array: token → (channel, delivery id,
     /// link handle).
     tokens: AHashMap<u64, (u16, u32, u32)>,
+    /// Subscriptions the array has not confirmed yet: token → (channel, link handle) of the
+    /// link whose ATTACH waits for it (`Link::held_attach`).
+    attaching: AHashMap<u64, (u16, u32)>,
     /// This connection's dynamic nodes that have a reader: the reading link's subscription.
     dynamic: AHashMap<DynamicAddress, SubNo>,
     /// The nodes minted for dynamic *targets* (senders), read or not yet.
@@ -356,6 +367,7 @@ impl Machine {
             subs: AHashMap::new(),
             next_token: 1,
             tokens: AHashMap::new(),
+            attaching: AHashMap::new(),
             dynamic: AHashMap::new(),
             minted_targets: ahash::AHashSet::new(),
             rpc_pending: 0,
@@ -922,6 +934,8 @@ impl Machine {
             last_seq: 0,
             selector,
             presettled,
+            subscribing: None,
+            held_attach: None,
         };
         let reply = Attach {
             role: flip(a.role.clone()),
@@ -934,7 +948,12 @@ impl Machine {
             properties: None,
             ..a
         };
-        frame::write_amqp(&mut out.write, ch, &Performative::Attach(reply), &[]);
+        // An array-fed Events / Events-Store link answers once its subscription is confirmed.
+        let subscribes_at_the_array = server_role == ServerRole::Sender
+            && !matches!(pattern, Pattern::Queues | Pattern::Commands | Pattern::Queries)
+            && !matches!(target, Target::Dynamic(_));
+        let mut held = BytesMut::new();
+        frame::write_amqp(if subscribes_at_the_array { &mut held } else { &mut out.write }, ch, &Performative::Attach(reply), &[]);
         match server_role {
             // A queue link subscribes once the peer grants credit (`fit_credit`): the array
             // must not hand it messages it has no credit for.
@@ -955,7 +974,12 @@ impl Machine {
                 self.next_sub += 1;
                 link.subs.push((sub, 0));
                 self.subs.insert(sub, (ch, handle));
-                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group, start, prefetch: 0 }, None));
+                let token = self.next_token;
+                self.next_token += 1;
+                self.attaching.insert(token, (ch, handle));
+                link.subscribing = Some(token);
+                link.held_attach = Some(held);
+                out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group, start, prefetch: 0 }, Some(token)));
             }
             ServerRole::Receiver => {
                 link.granted = self.s.max_unsettled_per_link;
@@ -978,8 +1002,10 @@ impl Machine {
         // A link we refused (ATTACH with a null terminus, then our DETACH) is already closed
         // on our side: the client's DETACH completes it and must not be answered again
         // (proton waits forever on the extra one).
-        let Some(link) = sess.links.remove(&d.handle.0) else { return };
+        let Some(mut link) = sess.links.remove(&d.handle.0) else { return };
         sess.unsettled.retain(|_, (h, _, _)| *h != d.handle.0);
+        // The peer's ATTACH is answered before its DETACH, confirmed or not.
+        write_held_attach(&mut link, out);
         self.drop_link(link, out);
         frame::write_amqp(&mut out.write, ch, &Performative::Detach(Detach { handle: d.handle, closed: true, error: None }), &[]);
     }
@@ -998,6 +1024,9 @@ impl Machine {
     /// (sent and unsettled, or still waiting here for credit). A dynamic node goes with its
     /// link; a responder is unregistered.
     fn drop_link(&mut self, link: Link, out: &mut Out) {
+        if let Some(token) = link.subscribing {
+            self.attaching.remove(&token);
+        }
         if let Some(id) = &link.durable {
             self.s.durable.detach(id, link.last_seq);
         }
@@ -1077,6 +1106,9 @@ impl Machine {
         link.credit = if credit > granted { 0 } else { credit };
         pump(sess, ch, handle, max_frame, max_window, out);
         let link = sess.links.get_mut(&handle).expect("still there");
+        if (f.drain && link.credit > 0) || f.echo {
+            write_held_attach(link, out);
+        }
         if f.drain && link.credit > 0 {
             link.delivery_count = link.delivery_count.wrapping_add(link.credit);
             link.credit = 0;
@@ -1244,6 +1276,9 @@ impl Machine {
             // Not for this link: handled, not dropped (no credit used, nothing counted).
             return true;
         }
+        // The array confirms a subscription before it delivers to it; should a delivery
+        // overtake the confirmation all the same, the ATTACH goes first.
+        write_held_attach(link, out);
         if link.pattern == Pattern::EventsStore {
             if link.pending.len() >= max_waiting {
                 out.limit_refusals.push("max_unsettled_per_link");
@@ -1462,16 +1497,40 @@ impl Machine {
         true
     }
 
-    /// The array took the message of `token`: settle it as accepted.
+    /// The array took the message of `token`: settle it as accepted. Or it confirmed a
+    /// link's subscription: the link's ATTACH goes out, and what its credit allows with it.
     pub fn completed(&mut self, token: u64, out: &mut Out) {
+        if let Some((ch, handle)) = self.attaching.remove(&token) {
+            let max_frame = self.peer_max_frame as usize;
+            let max_window = self.s.max_unsettled_per_link;
+            let Some(sess) = self.sessions.get_mut(&ch) else { return };
+            let Some(link) = sess.links.get_mut(&handle).filter(|l| l.subscribing == Some(token)) else { return };
+            link.subscribing = None;
+            write_held_attach(link, out);
+            return pump(sess, ch, handle, max_frame, max_window, out);
+        }
         if let Some((ch, id, handle)) = self.tokens.remove(&token) {
             self.settled_awaiting(ch, handle);
             write_disposition(&mut out.write, ch, id, DeliveryState::Accepted(Accepted {}));
         }
     }
 
-    /// The array refused the message of `token` (failed, queue full): rejected.
+    /// The array refused the message of `token` (failed, queue full): rejected. Or it
+    /// refused a link's subscription: the link is attached and detached with `cond`.
     pub fn failed(&mut self, token: u64, cond: AmqpError, out: &mut Out) {
+        if let Some((ch, handle)) = self.attaching.remove(&token) {
+            let Some(sess) = self.sessions.get_mut(&ch) else { return };
+            if sess.links.get(&handle).is_none_or(|l| l.subscribing != Some(token)) {
+                return;
+            }
+            let mut link = sess.links.remove(&handle).expect("looked up above");
+            link.subscribing = None;
+            write_held_attach(&mut link, out);
+            out.counts.errors[counts::S_LINK] += 1;
+            let detach = Detach { handle: Handle(handle), closed: true, error: Some(error(cond)) };
+            frame::write_amqp(&mut out.write, ch, &Performative::Detach(detach), &[]);
+            return self.drop_link(link, out);
+        }
         if let Some((ch, id, handle)) = self.tokens.remove(&token) {
             self.settled_awaiting(ch, handle);
             reject(out, ch, Some(id), cond);
@@ -1523,6 +1582,13 @@ impl Machine {
         }
         out.counts.errors[counts::S_SESSION] += 1;
         frame::write_amqp(&mut out.write, ch, &Performative::End(End { error: Some(error(cond)) }), &[]);
+    }
+}
+
+/// Writes a link's held ATTACH (`Link::held_attach`), if it still holds one.
+fn write_held_attach(link: &mut Link, out: &mut Out) {
+    if let Some(attach) = link.held_attach.take() {
+        out.write.extend_from_slice(&attach);
     }
 }
 

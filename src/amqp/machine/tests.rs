@@ -65,6 +65,15 @@ impl Peer {
         write_amqp(&mut b, ch, &p, payload);
         self.feed(&b)
     }
+    /// The array confirms the one subscription an ATTACH asked for (`out` is what the ATTACH
+    /// produced): the held ATTACH reply goes out. Returns the subscription.
+    fn confirm(&mut self, out: &Out) -> SubNo {
+        let [(ArrayOp::Subscribe { sub, .. }, Some(token))] = &out.ops[..] else { panic!("{:?}", out.ops) };
+        let mut confirmed = Out::default();
+        self.m.completed(*token, &mut confirmed);
+        self.got.extend_from_slice(&confirmed.write);
+        *sub
+    }
     fn take_header(&mut self) -> [u8; 8] {
         let h: [u8; 8] = self.got[..8].try_into().unwrap();
         let _ = self.got.split_to(8);
@@ -417,13 +426,63 @@ fn a_queue_delivery_carries_the_header_of_its_receive_count() {
     assert_eq!(headers, vec![(true, 0), (false, 2)]);
 }
 
+/// The confirmation of the subscription an ATTACH asked for (`out` is what it produced).
+fn subscription_token(out: &Out) -> u64 {
+    let [(ArrayOp::Subscribe { .. }, Some(token))] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    *token
+}
+
+#[test]
+fn an_events_attach_is_answered_once_the_array_confirms_its_subscription() {
+    let mut p = Peer::opened(Settings::default());
+    // Held, even with credit granted meanwhile, until the array confirms.
+    let out = p.send(0, Performative::Attach(attach(1, Role::Receiver, "events/e")), &[]);
+    let token = subscription_token(&out);
+    p.send(0, Performative::Flow(credit(1, 5, false)), &[]);
+    assert!(p.performatives().is_empty(), "held");
+    let mut o = Out::default();
+    p.m.completed(token, &mut o);
+    p.got.extend_from_slice(&o.write);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(a)] if a.handle.0 == 1 && a.source.is_some()));
+    // A DETACH before the confirmation is answered with the ATTACH, then the DETACH.
+    let out = p.send(0, Performative::Attach(attach(2, Role::Receiver, "events-store/s")), &[]);
+    let stale = subscription_token(&out);
+    let out = p.send(0, Performative::Detach(Detach { handle: Handle(2), closed: true, error: None }), &[]);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Unsubscribe { .. }, None)]), "{:?}", out.ops);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(_)]));
+    // The late confirmation of that link does not answer a new link on the same handle.
+    let out = p.send(0, Performative::Attach(attach(2, Role::Receiver, "events/e")), &[]);
+    let fresh = subscription_token(&out);
+    let mut o = Out::default();
+    p.m.completed(stale, &mut o);
+    p.m.failed(stale, AmqpError::InternalError, &mut o);
+    assert!(o.write.is_empty() && o.ops.is_empty(), "a stale confirmation touches nothing");
+    // A refused subscription: attached, detached with the condition, and ended.
+    p.m.failed(fresh, AmqpError::UnauthorizedAccess, &mut o);
+    assert!(matches!(&o.ops[..], [(ArrayOp::Unsubscribe { .. }, None)]), "{:?}", o.ops);
+    assert_eq!(o.counts.errors[counts::S_LINK], 1);
+    p.got.extend_from_slice(&o.write);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:unauthorized-access"));
+    // A delivery that overtakes the confirmation sends the ATTACH first; so does a drain.
+    let out = p.send(0, Performative::Attach(attach(3, Role::Receiver, "events/e")), &[]);
+    let [(ArrayOp::Subscribe { sub, .. }, Some(_))] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    let sub = *sub;
+    p.send(0, Performative::Flow(credit(3, 1, false)), &[]);
+    let mut o = Out::default();
+    assert!(p.m.deliver_event(sub, &queue_msg(b"early"), &mut o));
+    p.got.extend_from_slice(&o.write);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Transfer(_)]));
+    p.send(0, Performative::Attach(attach(4, Role::Receiver, "events/e")), &[]);
+    p.send(0, Performative::Flow(credit(4, 2, true)), &[]);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_), Performative::Flow(f)] if f.link_credit == Some(0)));
+}
+
 #[test]
 fn an_event_without_credit_is_dropped_and_with_credit_is_pre_settled() {
     let mut p = Peer::opened(Settings::default());
     let out = p.send(0, Performative::Attach(attach(2, Role::Receiver, "events/x")), &[]);
-    let ArrayOp::Subscribe { sub, .. } = &out.ops[0].0 else { panic!() };
-    let sub = *sub;
-    p.performatives();
+    let sub = p.confirm(&out);
+    assert!(matches!(&p.performatives()[..], [Performative::Attach(_)]));
     let mut out = Out::default();
     assert!(!p.m.deliver_event(sub, &queue_msg(b"lost"), &mut out));
     p.send(0, Performative::Flow(credit(2, 5, false)), &[]);
@@ -620,7 +679,7 @@ fn an_events_store_receiver_subscribes_from_its_start_hint() {
     {
         let out = p.send(0, Performative::Attach(store_attach(handle, hint)), &[]);
         match &out.ops[..] {
-            [(ArrayOp::Subscribe { pattern: Pattern::EventsStore, channel, start, .. }, None)] => {
+            [(ArrayOp::Subscribe { pattern: Pattern::EventsStore, channel, start, .. }, Some(_))] => {
                 assert_eq!(*channel, Channel::from_static("audit"));
                 assert_eq!(*start, want, "{hint:?}");
             }
@@ -655,8 +714,7 @@ fn an_events_store_sender_publishes_to_the_store() {
 fn events_store_messages_wait_for_credit_until_the_window_is_full() {
     let mut p = Peer::opened(Settings { max_unsettled_per_link: 2, ..Settings::default() });
     let out = p.send(0, Performative::Attach(store_attach(1, Some("first"))), &[]);
-    let [(ArrayOp::Subscribe { sub, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
-    let sub = *sub;
+    let sub = p.confirm(&out);
     p.performatives();
     let mut out = Out::default();
     assert!(p.m.deliver_event(sub, &queue_msg(b"s1"), &mut out));
@@ -1119,7 +1177,8 @@ fn attaches_past_max_links_per_session_are_refused_with_resource_limit_exceeded(
         other => panic!("{other:?}"),
     }
     for h in [0, 1] {
-        p.send(0, Performative::Attach(attach(h, Role::Receiver, "events/ok")), &[]);
+        let out = p.send(0, Performative::Attach(attach(h, Role::Receiver, "events/ok")), &[]);
+        p.confirm(&out);
         assert!(matches!(&p.performatives()[..], [Performative::Attach(a)] if a.source.is_some()), "link {h} attaches");
     }
     // A third link (any handle), and a handle past handle-max.
@@ -1169,7 +1228,7 @@ fn a_group_link_property_is_the_subscription_and_responder_group() {
     for (handle, addr, pattern) in [(1, "events/e", Pattern::Events), (2, "events-store/s", Pattern::EventsStore)] {
         let out = p.send(0, Performative::Attach(with_props(attach(handle, Role::Receiver, addr), &[("x-opt-kubemq-group", "g1")])), &[]);
         match &out.ops[..] {
-            [(ArrayOp::Subscribe { pattern: got, group: Some(g), .. }, None)] => {
+            [(ArrayOp::Subscribe { pattern: got, group: Some(g), .. }, Some(_))] => {
                 assert_eq!(*got, pattern);
                 assert_eq!(&g[..], b"g1");
             }
@@ -1178,7 +1237,7 @@ fn a_group_link_property_is_the_subscription_and_responder_group() {
     }
     // An empty group is no group.
     let out = p.send(0, Performative::Attach(with_props(attach(3, Role::Receiver, "events/e"), &[("x-opt-kubemq-group", "")])), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { group: None, .. }, None)]), "{:?}", out.ops);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { group: None, .. }, Some(_))]), "{:?}", out.ops);
     let out = p.send(0, Performative::Attach(with_props(attach(4, Role::Receiver, "commands/svc"), &[("x-opt-kubemq-group", "workers")])), &[]);
     assert!(matches!(&out.responders[..], [ResponderOp::Register { group: Some(g), .. }] if &g[..] == b"workers"), "{:?}", out.responders);
 }
@@ -1202,8 +1261,8 @@ fn a_durable_identity_is_live_once_and_resumes_after_its_last_delivered_sequence
     let s = Settings { durable: Arc::clone(&registry), ..Settings::default() };
     let mut p = Peer::opened(s.clone());
     let out = p.send(0, Performative::Attach(durable_attach(1, "audit-sub", Some("first"))), &[]);
-    let [(ArrayOp::Subscribe { sub, start: StartAt::First, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
-    let sub = *sub;
+    let [(ArrayOp::Subscribe { start: StartAt::First, .. }, _)] = &out.ops[..] else { panic!("{:?}", out.ops) };
+    let sub = p.confirm(&out);
     p.send(0, Performative::Flow(credit(1, 10, false)), &[]);
     p.performatives();
     // The same identity from a second connection (same container-id "client"): not allowed.
@@ -1213,7 +1272,7 @@ fn a_durable_identity_is_live_once_and_resumes_after_its_last_delivered_sequence
     assert!(matches!(&q.performatives()[..], [Performative::Attach(_), Performative::Detach(d)] if condition(&d.error) == "amqp:not-allowed"));
     // Another link name is another identity; a non-durable link on the same name is not one.
     let out = q.send(0, Performative::Attach(store_attach(2, None)), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { start: StartAt::NewOnly, .. }, None)]));
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { start: StartAt::NewOnly, .. }, Some(_))]));
     // Three delivered, one waiting for credit (not delivered): resume after 3.
     let mut out = Out::default();
     for seq in [1, 2, 3] {
@@ -1223,13 +1282,13 @@ fn a_durable_identity_is_live_once_and_resumes_after_its_last_delivered_sequence
     assert!(p.m.deliver_event(sub, &seq_msg(4), &mut out));
     p.send(0, Performative::Detach(Detach { handle: Handle(1), closed: true, error: None }), &[]);
     let out = q.send(0, Performative::Attach(durable_attach(3, "audit-sub", None)), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { start: StartAt::Sequence(4), .. }, None)]), "{:?}", out.ops);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { start: StartAt::Sequence(4), .. }, Some(_))]), "{:?}", out.ops);
     // After the connection goes, an explicit start wins over the resume point.
     let mut out = Out::default();
     q.m.release(&mut out);
     let mut r = Peer::opened(s);
     let out = r.send(0, Performative::Attach(durable_attach(1, "audit-sub", Some("last"))), &[]);
-    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { start: StartAt::Last, .. }, None)]), "{:?}", out.ops);
+    assert!(matches!(&out.ops[..], [(ArrayOp::Subscribe { start: StartAt::Last, .. }, Some(_))]), "{:?}", out.ops);
 }
 
 fn selector_attach(handle: u32, addr: &str, key: &str, text: &str) -> Attach {
@@ -1255,8 +1314,7 @@ fn tagged(tags: &[(&'static str, &'static str)]) -> Arc<Message> {
 fn a_selector_filters_at_delivery_without_using_credit_and_is_echoed() {
     let mut p = Peer::opened(Settings::default());
     let out = p.send(0, Performative::Attach(selector_attach(1, "events/e", "apache.org:selector-filter:string", "color = 'blue' AND size > 10")), &[]);
-    let [(ArrayOp::Subscribe { sub, .. }, None)] = &out.ops[..] else { panic!("{:?}", out.ops) };
-    let sub = *sub;
+    let sub = p.confirm(&out);
     match &p.performatives()[..] {
         [Performative::Attach(reply)] => {
             let f = reply.source.as_ref().and_then(|s| s.filter.as_ref()).expect("echoed filter");
