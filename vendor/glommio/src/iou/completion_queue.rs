@@ -30,6 +30,18 @@ impl<'ring> CompletionQueue<'ring> {
     /// Returns the next CQE if any are available.
     pub fn peek_for_cqe(&mut self) -> Option<CQE> {
         unsafe {
+            // stompgate patch (vendor/README.md, the seventh change): an empty ring answers
+            // here. liburing's peek always calls the out-of-line `__io_uring_get_cqe`, which
+            // on an empty ring returns nothing without entering the kernel unless the kernel
+            // flagged completions it could not fit (`IORING_SQ_CQ_OVERFLOW`); the same two
+            // reads decide it here. The reactor peeks every ring several times per turn, and
+            // most peeks find nothing.
+            let ring = self.ring.as_ptr();
+            if uring_sys::io_uring_cq_ready(ring) == 0
+                && ptr::read_volatile((*ring).sq.kflags) & uring_sys::IORING_SQ_CQ_OVERFLOW == 0
+            {
+                return None;
+            }
             let mut cqe = MaybeUninit::uninit();
             uring_sys::io_uring_peek_cqe(self.ring.as_ptr(), cqe.as_mut_ptr());
             let cqe = cqe.assume_init();
