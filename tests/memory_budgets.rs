@@ -438,9 +438,23 @@ fn an_events_store_flood_keeps_only_the_newest_history_within_the_size_bound_and
     let peak = peak_rss_while(&gw, || flood.is_finished());
     flood.join().expect("every SEND is taken");
     assert!(t0.elapsed() < ABUSE_DEADLINE, "flood took {:?}", t0.elapsed());
-    // The 16 MiB held, read buffers and allocator slack: far from the 256 MiB sent.
+    // While the flood runs, what is in flight (read buffers, messages on their way to the
+    // owner core, allocator slack) comes on top of the history: never the 256 MiB sent. The
+    // peak varies with scheduling: 24–82 MiB on an idle 2-core machine, 138 MiB once in a
+    // loaded CI run, so it is held only to three quarters of what was sent.
     let grown = peak.saturating_sub(baseline);
-    assert!(grown < 96 * MIB, "RSS grew by {} MiB (baseline {} MiB, peak {} MiB)", grown / MIB, baseline / MIB, peak / MIB);
+    assert!(grown < 192 * MIB, "RSS grew by {} MiB (baseline {} MiB, peak {} MiB)", grown / MIB, baseline / MIB, peak / MIB);
+    // What stays is the owner's 16 MiB of history and some slack (20–22 MiB measured), once the
+    // idle cores have given back what the burst freed.
+    let settle_by = Instant::now() + Duration::from_secs(5);
+    let settled = loop {
+        let settled = gw.rss().saturating_sub(baseline);
+        if settled < 48 * MIB || Instant::now() > settle_by {
+            break settled;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(settled < 48 * MIB, "RSS stays {} MiB above the baseline after the flood (peak {} MiB)", settled / MIB, peak / MIB);
     // The history is the newest messages that fit the owner's 16 MiB (each counted as its
     // body plus a few hundred bytes), in order, up to the last sequence.
     let seqs = replayed_sequences(&gw, &dest);
