@@ -948,12 +948,10 @@ impl Machine {
             properties: None,
             ..a
         };
-        // An array-fed Events / Events-Store link answers once its subscription is confirmed.
-        let subscribes_at_the_array = server_role == ServerRole::Sender
-            && !matches!(pattern, Pattern::Queues | Pattern::Commands | Pattern::Queries)
-            && !matches!(target, Target::Dynamic(_));
-        let mut held = BytesMut::new();
-        frame::write_amqp(if subscribes_at_the_array { &mut held } else { &mut out.write }, ch, &Performative::Attach(reply), &[]);
+        // Written after the match below, unless the link holds it for its subscription.
+        let mut reply_frame = BytesMut::new();
+        frame::write_amqp(&mut reply_frame, ch, &Performative::Attach(reply), &[]);
+        let mut reply_frame = Some(reply_frame);
         match server_role {
             // A queue link subscribes once the peer grants credit (`fit_credit`): the array
             // must not hand it messages it has no credit for.
@@ -977,8 +975,10 @@ impl Machine {
                 let token = self.next_token;
                 self.next_token += 1;
                 self.attaching.insert(token, (ch, handle));
+                // An array-fed Events / Events-Store link answers once its subscription is
+                // confirmed (`completed`).
                 link.subscribing = Some(token);
-                link.held_attach = Some(held);
+                link.held_attach = reply_frame.take();
                 out.ops.push((ArrayOp::Subscribe { sub, pattern, channel, wildcard: false, group, start, prefetch: 0 }, Some(token)));
             }
             ServerRole::Receiver => {
@@ -987,6 +987,9 @@ impl Machine {
                     self.minted_targets.insert(addr);
                 }
             }
+        }
+        if let Some(reply_frame) = reply_frame {
+            out.write.extend_from_slice(&reply_frame);
         }
         let granted = link.granted;
         let sess = self.sessions.get_mut(&ch).expect("checked by on_attach");
@@ -1500,13 +1503,11 @@ impl Machine {
     /// The array took the message of `token`: settle it as accepted. Or it confirmed a
     /// link's subscription: the link's ATTACH goes out, and what its credit allows with it.
     pub fn completed(&mut self, token: u64, out: &mut Out) {
-        if let Some((ch, handle)) = self.attaching.remove(&token) {
+        if let Some((ch, handle)) = self.confirmed_subscription(token) {
             let max_frame = self.peer_max_frame as usize;
             let max_window = self.s.max_unsettled_per_link;
-            let Some(sess) = self.sessions.get_mut(&ch) else { return };
-            let Some(link) = sess.links.get_mut(&handle).filter(|l| l.subscribing == Some(token)) else { return };
-            link.subscribing = None;
-            write_held_attach(link, out);
+            let sess = self.sessions.get_mut(&ch).expect("checked by confirmed_subscription");
+            write_held_attach(sess.links.get_mut(&handle).expect("checked by confirmed_subscription"), out);
             return pump(sess, ch, handle, max_frame, max_window, out);
         }
         if let Some((ch, id, handle)) = self.tokens.remove(&token) {
@@ -1518,13 +1519,9 @@ impl Machine {
     /// The array refused the message of `token` (failed, queue full): rejected. Or it
     /// refused a link's subscription: the link is attached and detached with `cond`.
     pub fn failed(&mut self, token: u64, cond: AmqpError, out: &mut Out) {
-        if let Some((ch, handle)) = self.attaching.remove(&token) {
-            let Some(sess) = self.sessions.get_mut(&ch) else { return };
-            if sess.links.get(&handle).is_none_or(|l| l.subscribing != Some(token)) {
-                return;
-            }
-            let mut link = sess.links.remove(&handle).expect("looked up above");
-            link.subscribing = None;
+        if let Some((ch, handle)) = self.confirmed_subscription(token) {
+            let sess = self.sessions.get_mut(&ch).expect("checked by confirmed_subscription");
+            let mut link = sess.links.remove(&handle).expect("checked by confirmed_subscription");
             write_held_attach(&mut link, out);
             out.counts.errors[counts::S_LINK] += 1;
             let detach = Detach { handle: Handle(handle), closed: true, error: Some(error(cond)) };
@@ -1535,6 +1532,16 @@ impl Machine {
             self.settled_awaiting(ch, handle);
             reject(out, ch, Some(id), cond);
         }
+    }
+
+    /// The link (channel, handle) whose subscription `token` confirms (or refuses), now no
+    /// longer waiting for it; None if the token is not a subscription's, or its link is gone
+    /// (a new link on the same handle waits for a token of its own).
+    fn confirmed_subscription(&mut self, token: u64) -> Option<(u16, u32)> {
+        let (ch, handle) = self.attaching.remove(&token)?;
+        let link = self.sessions.get_mut(&ch)?.links.get_mut(&handle).filter(|l| l.subscribing == Some(token))?;
+        link.subscribing = None;
+        Some((ch, handle))
     }
 
     /// One of a receiving link's transfers got the array's answer.
