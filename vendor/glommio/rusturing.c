@@ -312,3 +312,28 @@ extern inline int rust_io_uring_wait_cqe(struct io_uring *ring, struct io_uring_
 {
     return io_uring_wait_cqe(ring, cqe_ptr);
 }
+
+/* stompgate patch (vendor/README.md, the eighth change): submit what is queued and wait for
+ * `wait_nr` completions in one io_uring_enter, the wait bounded by `ts` (relative; NULL: no
+ * bound) through IORING_ENTER_EXT_ARG (IORING_FEAT_EXT_ARG, Linux >= 5.11) instead of a
+ * TIMEOUT request on a ring. Returns the number submitted, else 0 or -errno (-ETIME when the
+ * bound passed, -EINTR on a signal). Callers check `features & IORING_FEAT_EXT_ARG`. */
+extern int __io_uring_flush_sq(struct io_uring *ring);
+extern int __sys_io_uring_enter2(int fd, unsigned to_submit, unsigned min_complete,
+                                 unsigned flags, sigset_t *sig, int sz);
+
+int rust_io_uring_submit_and_wait_ext(struct io_uring *ring, unsigned wait_nr,
+                                      struct __kernel_timespec *ts)
+{
+    struct io_uring_getevents_arg arg = {
+        .sigmask = 0,
+        .sigmask_sz = _NSIG / 8,
+        .pad = 0,
+        .ts = (unsigned long) ts,
+    };
+    unsigned submit = __io_uring_flush_sq(ring);
+    int ret = __sys_io_uring_enter2(ring->ring_fd, submit, wait_nr,
+                                    IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG,
+                                    (sigset_t *) &arg, sizeof(arg));
+    return ret < 0 ? -errno : ret;
+}

@@ -208,6 +208,33 @@ impl IoUring {
         self.sq().submit_and_wait_with_timeout(wait_for, duration)
     }
 
+    /// stompgate patch (vendor/README.md): whether `io_uring_enter` takes a wait bound itself
+    /// (`IORING_FEAT_EXT_ARG`, Linux >= 5.11), for `submit_sqes_and_wait_bounded`.
+    pub fn waits_with_a_bound(&self) -> bool {
+        self.ring.features & uring_sys::IORING_FEAT_EXT_ARG != 0
+    }
+
+    /// stompgate patch (vendor/README.md): submit all prepared [`SQE`]s and wait until at least
+    /// `wait_for` events have completed or `bound` has passed, in one `io_uring_enter` and
+    /// without a timeout request (needs `waits_with_a_bound`). The number submitted; a wait
+    /// that ended on its bound with nothing submitted is `ETIME`.
+    pub fn submit_sqes_and_wait_bounded(
+        &mut self,
+        wait_for: u32,
+        bound: Option<Duration>,
+    ) -> io::Result<u32> {
+        let mut ts = bound.map(|d| uring_sys::__kernel_timespec {
+            tv_sec: d.as_secs() as _,
+            tv_nsec: d.subsec_nanos() as _,
+        });
+        let ts_ptr = ts
+            .as_mut()
+            .map_or(ptr::null_mut(), |ts| ts as *mut uring_sys::__kernel_timespec);
+        resultify(unsafe {
+            uring_sys::io_uring_submit_and_wait_ext(&mut self.ring, wait_for as _, ts_ptr)
+        })
+    }
+
     /// Peek for any [`CQE`] that is already completed, without blocking. This
     /// will consume that CQE.
     pub fn peek_for_cqe(&mut self) -> Option<CQE> {

@@ -237,6 +237,12 @@ impl Source {
         self.inner.borrow().wakers.result.is_some()
     }
 
+    /// stompgate patch (vendor/README.md): whether a completion for this source is still to come
+    /// (handed to a ring and not yet consumed from it).
+    pub(crate) fn is_in_flight(&self) -> bool {
+        self.inner.borrow().enqueued.is_some()
+    }
+
     pub(crate) fn result(&self) -> Option<io::Result<usize>> {
         let mut inner = self.inner.borrow_mut();
         let ret = inner

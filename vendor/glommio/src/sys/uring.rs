@@ -1049,65 +1049,92 @@ impl SleepableRing {
         }
     }
 
-    fn sleep(&mut self, link: &Source) -> io::Result<usize> {
+    /// Sleeps until a completion arrives on this ring, linked to the latency ring by a poll
+    /// on its fd (`link`).
+    ///
+    /// stompgate patch (vendor/README.md, the eighth change): upstream submitted a new link
+    /// poll and then waited, two `io_uring_enter`s per park, and after waking dropped the poll
+    /// without cancelling it, so the kernel kept every earlier one armed until the latency
+    /// ring next completed something. Here `link_armed` says the poll of an earlier park is
+    /// still in the kernel, and only a fresh one is submitted, in the same `io_uring_enter`
+    /// as the wait; with `IORING_FEAT_EXT_ARG` that wait is bounded by `bound` (the next user
+    /// timer) instead of a timeout request on the latency ring that the next turn cancels.
+    /// Without the feature (`bound` is then `None`) the wait is unbounded, as upstream's.
+    fn sleep(
+        &mut self,
+        link: &Source,
+        link_armed: bool,
+        bound: Option<Duration>,
+    ) -> io::Result<usize> {
         assert_eq!(
             self.waiting_kernel_submission(),
             0,
             "sleeping with pending SQEs"
         );
-        if let Some(mut sqe) = self.ring.sq().prepare_sqe() {
-            let sqe_ptr = unsafe { sqe.raw_mut() as *mut _ };
-            let op = UringDescriptor {
-                fd: link.raw(),
-                flags: SubmissionFlags::empty(),
-                user_data: to_user_data(
-                    self.source_map
-                        .borrow_mut()
-                        .add_source(link, self.submission_queue.clone()),
-                ),
-                args: UringOpDescriptor::PollAdd(common_flags() | read_flags()),
-            };
-            fill_sqe(
-                &mut sqe,
-                &op,
-                DmaBuffer::new,
-                &mut self.source_map.borrow_mut(),
-            );
-
-            // We have now prepared the SQE that links the two rings. We now need to submit
-            // it successfully to be able to safely sleep.
-
-            if self
-                .submit_sqes()
-                .or_else(Reactor::busy_ok)
-                .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)?
-                != 1
-            {
-                // We failed to submit the `SQE` that links the rings. Just can't sleep.
-                // Waiting here is unsafe because we could end up waiting much longer than
-                // needed.
-                // We make the SQE a no-op and return
-                unsafe { crate::uring_sys::io_uring_prep_nop(sqe_ptr) };
-                Err(io::Error::from_raw_os_error(libc::EBUSY))
+        let mut link_sqe = None;
+        if !link_armed {
+            if let Some(mut sqe) = self.ring.sq().prepare_sqe() {
+                link_sqe = Some(unsafe { sqe.raw_mut() as *mut _ });
+                let op = UringDescriptor {
+                    fd: link.raw(),
+                    flags: SubmissionFlags::empty(),
+                    user_data: to_user_data(
+                        self.source_map
+                            .borrow_mut()
+                            .add_source(link, self.submission_queue.clone()),
+                    ),
+                    args: UringOpDescriptor::PollAdd(common_flags() | read_flags()),
+                };
+                fill_sqe(
+                    &mut sqe,
+                    &op,
+                    DmaBuffer::new,
+                    &mut self.source_map.borrow_mut(),
+                );
             } else {
-                // The rings are linked. Goodnight!
-                self.ring
-                    .cq()
-                    .wait(1)
-                    .map(|_| 1)
+                // Can't link rings because we ran out of `CQE`s. Just can't sleep.
+                // Submit what we have, once we're out of here we'll consume them
+                // and at some point will be able to sleep again.
+                return self
+                    .submit_sqes()
                     .or_else(Reactor::busy_ok)
                     .or_else(Reactor::again_ok)
-                    .or_else(Reactor::intr_ok)
+                    .or_else(Reactor::intr_ok);
             }
+        }
+        let waited = if self.ring.waits_with_a_bound() {
+            self.ring.submit_sqes_and_wait_bounded(1, bound)
         } else {
-            // Can't link rings because we ran out of `CQE`s. Just can't sleep.
-            // Submit what we have, once we're out of here we'll consume them
-            // and at some point will be able to sleep again.
-            self.submit_sqes()
+            self.ring.submit_sqes_and_wait(1)
+        };
+        match (waited, link_sqe) {
+            (Ok(submitted), link_sqe) => {
+                self.in_kernel += submitted as usize;
+                if let (0, Some(sqe_ptr)) = (submitted, link_sqe) {
+                    // The SQE that links the rings was not taken, so we did not sleep: as
+                    // upstream, make it a no-op (it still completes, for `link`) and say so.
+                    unsafe { crate::uring_sys::io_uring_prep_nop(sqe_ptr) };
+                    return Err(io::Error::from_raw_os_error(libc::EBUSY));
+                }
+                Ok(1)
+            }
+            // Nothing was submitted and the wait ended on its bound: the timer is due.
+            (Err(e), None) if e.raw_os_error() == Some(libc::ETIME) => Ok(1),
+            // The wait ended early (as upstream's wait, these are no errors).
+            (Err(e), None) => Err(e)
                 .or_else(Reactor::busy_ok)
                 .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)
+                .or_else(Reactor::intr_ok),
+            // The link was not submitted: as above, unless the error is one upstream's
+            // submission also passed on.
+            (Err(e), Some(sqe_ptr)) => {
+                Err::<usize, _>(e)
+                    .or_else(Reactor::busy_ok)
+                    .or_else(Reactor::again_ok)
+                    .or_else(Reactor::intr_ok)?;
+                unsafe { crate::uring_sys::io_uring_prep_nop(sqe_ptr) };
+                Err(io::Error::from_raw_os_error(libc::EBUSY))
+            }
         }
     }
 }
@@ -1229,8 +1256,12 @@ pub(crate) struct Reactor {
     /// stompgate patch (vendor/README.md): the instant the armed preempt timer fires; `None`
     /// when none is armed.
     latency_preemption_deadline: Cell<Option<Instant>>,
-    /// stompgate patch: the user timer armed for a sleep (see `wait`).
+    /// stompgate patch: the user timer armed for a sleep (see `wait`), only where the kernel
+    /// cannot bound the wait itself (`iou::IoUring::waits_with_a_bound`).
     sleep_timeout_src: Cell<Option<Source>>,
+    /// stompgate patch: the poll that links the latency ring to the main ring for a sleep,
+    /// kept while the kernel holds it (`link_rings_and_sleep`).
+    link_rings_src: Cell<Option<Source>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1364,6 +1395,7 @@ impl Reactor {
             latency_preemption_timeout_src: Cell::new(None),
             latency_preemption_deadline: Cell::new(None),
             sleep_timeout_src: Cell::new(None),
+            link_rings_src: Cell::new(None),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1736,15 +1768,29 @@ impl Reactor {
     ///
     /// We may not be able to register an `SQE` at this point, so we return an
     /// Error and will just not sleep.
-    fn link_rings_and_sleep(&self, ring: &mut SleepableRing) -> io::Result<()> {
-        let link_rings = Source::new(
-            IoRequirements::default(),
-            self.link_fd,
-            SourceType::LinkRings,
-            None,
-            None,
-        );
-        ring.sleep(&link_rings).or_else(Self::busy_ok).map(|_| {})
+    /// stompgate patch (vendor/README.md, the eighth change): the link poll is kept in
+    /// `link_rings_src` while the kernel holds it, so a park arms one only when the last one
+    /// has completed; `bound` is the longest the sleep may last (the next user timer), used
+    /// only where the kernel bounds the wait itself (`SleepableRing::sleep`).
+    fn link_rings_and_sleep(
+        &self,
+        ring: &mut SleepableRing,
+        bound: Option<Duration>,
+    ) -> io::Result<()> {
+        let link_rings = match self.link_rings_src.take() {
+            Some(src) if src.is_in_flight() => src,
+            _ => Source::new(
+                IoRequirements::default(),
+                self.link_fd,
+                SourceType::LinkRings,
+                None,
+                None,
+            ),
+        };
+        let armed = link_rings.is_in_flight();
+        let slept = ring.sleep(&link_rings, armed, bound);
+        self.link_rings_src.set(Some(link_rings));
+        slept.or_else(Self::busy_ok).map(|_| {})
     }
 
     pub(crate) fn poll_io(&self, woke: &mut usize) -> io::Result<()> {
@@ -1892,7 +1938,11 @@ impl Reactor {
             //
             // stompgate patch: in a slot of its own (the preempt timer may be kept in the
             // other), cancelled on the next turn.
-            if let Some(dur) = user_timer {
+            //
+            // stompgate patch (the eighth change): where the kernel bounds a wait itself, the
+            // user timer bounds the sleep's `io_uring_enter` (`link_rings_and_sleep`) instead.
+            let bounded = main_ring.ring.waits_with_a_bound();
+            if let Some(dur) = user_timer.filter(|_| !bounded) {
                 self.sleep_timeout_src
                     .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
                 assert!(flush_rings!(lat_ring)? > 0);
@@ -1910,7 +1960,7 @@ impl Reactor {
             let events = process_remote_channels() + self.flush_syscall_thread();
             if events == 0 {
                 if self.eventfd_src.is_installed().unwrap() {
-                    self.link_rings_and_sleep(&mut main_ring)
+                    self.link_rings_and_sleep(&mut main_ring, user_timer.filter(|_| bounded))
                         .expect("some error");
                     // May have new cancellations related to the link ring fd.
                     flush_cancellations!(into &mut 0; lat_ring, poll_ring, main_ring);
@@ -1995,9 +2045,10 @@ impl Reactor {
                 PollableStatus::Pollable => self.poll_ring.borrow_mut(),
                 PollableStatus::NonPollable(_) => self.main_ring.borrow_mut(),
             },
+            // stompgate patch (vendor/README.md, the ninth change): accepts go to the main
+            // ring, where the sleep waits, not the latency ring.
             SourceType::SockRecv(_)
             | SourceType::SockRecvMsg(_, _, _, _)
-            | SourceType::Accept(_)
             | SourceType::Connect(_) => self.latency_ring.borrow_mut(),
             SourceType::Invalid => {
                 unreachable!("called ring_for_source on invalid source")

@@ -98,6 +98,8 @@ pub const IORING_FEAT_RW_CUR_POS: libc::__u32 = 1 << 3;
 pub const IORING_FEAT_CUR_PERSONALITY: libc::__u32 = 1 << 4;
 pub const IORING_FEAT_FAST_POLL: libc::__u32 = 1 << 5;
 pub const IORING_FEAT_POLL_32BITS: libc::__u32 = 1 << 6;
+/// stompgate patch: a wait bound in `io_uring_enter` itself (Linux >= 5.11).
+pub const IORING_FEAT_EXT_ARG: libc::__u32 = 1 << 8;
 
 // io_uring_register opcodes and arguments
 pub const IORING_REGISTER_BUFFERS: libc::c_uint = 0;
@@ -384,6 +386,14 @@ extern "C" {
 extern "C" {
     #[link_name = "rust_io_uring_opcode_supported"]
     pub fn io_uring_opcode_supported(p: *mut io_uring_probe, op: libc::c_int) -> libc::c_int;
+
+    /// stompgate patch (vendor/README.md): `rusturing.c`'s submit-and-wait with a wait bound.
+    #[link_name = "rust_io_uring_submit_and_wait_ext"]
+    pub fn io_uring_submit_and_wait_ext(
+        ring: *mut io_uring,
+        wait_nr: libc::c_uint,
+        ts: *mut __kernel_timespec,
+    ) -> libc::c_int;
 
     #[link_name = "rust_io_uring_cq_advance"]
     pub fn io_uring_cq_advance(ring: *mut io_uring, nr: libc::c_uint);
