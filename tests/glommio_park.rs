@@ -23,7 +23,8 @@
 //! wakes a parked executor on time, and a task queue that runs on is still preempted. Between
 //! them, `timers_fire_in_deadline_order_…` guards the fifth change (due timers taken from the
 //! front of the timer map instead of splitting it every turn). The final test guards what was
-//! withdrawn from the second change: a sleep timer kept from park to park lost wake-ups.
+//! withdrawn from the second change: a sleep timer kept from park to park lost wake-ups. The
+//! last guards the eighth change's one ring-linking poll, kept from park to park.
 
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -347,4 +348,74 @@ fn a_short_sleep_raced_against_messages_never_sleeps_until_the_next_tick() {
     sender.join().expect("sender ends");
     assert!(waits > 1_000, "only {waits} waits in {RUN:?}");
     assert!(stalled <= 2, "{stalled} of {waits} waits took over 50 ms (worst {worst:?}): a sleep timer was lost");
+}
+
+/// The eighth change (vendor/README.md): a parked executor is linked to its latency ring by
+/// one poll, kept while the kernel holds it, however often it parks. Upstream armed a new one
+/// on every park and never cancelled the old ones, which complete only when the latency ring
+/// next completes something: here (no user timer, the preempt timer 30 s away) that is only
+/// the main ring's throughput timer, every 128 completions, so they piled up between its
+/// firings (127 seen here with the keeping disabled; 1 with it). Here an executor parks on a
+/// socket, once per byte of a ping-pong with a plain thread, and every 50 parks the kernel's
+/// own list of this process's armed polls (`/proc/self/fdinfo` of each io_uring, `PollList`,
+/// op 6 = `POLL_ADD`) must show no ring holding more than a handful.
+#[test]
+fn a_parked_executor_keeps_one_ring_linking_poll_however_often_it_parks() {
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    const PINGS: usize = 2_000;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let (done_tx, done) = mpsc::channel();
+    let builder = LocalExecutorBuilder::new(Placement::Fixed(0)).name("park-test-link").preempt_timer(Duration::from_secs(30));
+    let ex = builder
+        .spawn(move || async move {
+            let mut stream = glommio::net::TcpStream::connect(addr).await.expect("connect");
+            let mut byte = [0u8; 1];
+            let mut most = 0;
+            for n in 0..PINGS {
+                // Nothing else to run: the executor parks until the byte arrives.
+                stream.read_exact(&mut byte).await.expect("read");
+                stream.write_all(&byte).await.expect("write");
+                if n % 50 == 49 {
+                    most = most.max(most_armed_polls_on_one_ring());
+                }
+            }
+            let _ = done_tx.send(most);
+            drop(stream);
+        })
+        .expect("executor park-test-link starts");
+    let (mut peer, _) = listener.accept().expect("accept");
+    for n in 0..PINGS {
+        use std::io::{Read, Write};
+        peer.write_all(&[n as u8]).expect("ping");
+        let mut echo = [0u8; 1];
+        peer.read_exact(&mut echo).expect("pong");
+    }
+    let most = done.recv_timeout(DEADLINE).expect("the ping-pong finishes");
+    ex.join().expect("executor ends");
+    // One link poll and the socket's readiness poll, with room for the other tests' executors
+    // running beside this one in the same process; a pile-up would be about one per park.
+    assert!(most <= 8, "an io_uring of this process held up to {most} armed POLL_ADDs over {PINGS} parks: ring-linking polls pile up");
+}
+
+/// The most `POLL_ADD`s (io_uring op 6) any one io_uring of this process has armed, from the
+/// kernel's `PollList` in `/proc/self/fdinfo/<fd>`.
+fn most_armed_polls_on_one_ring() -> usize {
+    let mut most = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd").flatten() {
+        let is_ring = std::fs::read_link(entry.path()).is_ok_and(|target| target.to_string_lossy() == "anon_inode:[io_uring]");
+        if !is_ring {
+            continue;
+        }
+        let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", entry.file_name().to_string_lossy())) else { continue };
+        let polls = info
+            .lines()
+            .skip_while(|line| !line.starts_with("PollList:"))
+            .skip(1)
+            .take_while(|line| line.starts_with(' ') || line.starts_with('\t'))
+            .filter(|line| line.trim_start().starts_with("op=6,"))
+            .count();
+        most = most.max(polls);
+    }
+    most
 }
