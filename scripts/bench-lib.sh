@@ -1,4 +1,4 @@
-# Sourced by the benchmark scripts (ab.sh, amqp-bench.sh, compare.sh, remote-hop.sh, tls-auth-bench.sh): the
+# Sourced by the benchmark scripts (ab.sh, amqp-bench.sh, compare.sh, conn-cost.sh, remote-hop.sh, tls-auth-bench.sh, uring-trace.sh): the
 # load-harness arguments of the scenarios they share, the interleaved round loop over brokers,
 # and stopping the gateway a script started, so every script measures a named case the same way.
 
@@ -56,6 +56,15 @@ bench_rounds() {
                 sleep 1
             done
         done
+    done
+}
+
+# Waits (up to 5 s) until a STOMP server on 127.0.0.1:$1 completes a connect cycle, using the
+# load harness $2 (stompgate-load).
+wait_for_stomp() {
+    for _ in $(seq 1 50); do
+        "$2" connect --workers 1 --port "$1" --duration-s 0.2 --warmup-s 0 --quiet >/dev/null 2>&1 && return 0
+        sleep 0.1
     done
 }
 

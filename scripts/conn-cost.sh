@@ -13,6 +13,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+. scripts/bench-lib.sh
 SG="${1:-target/release/stompgate}"
 RELAY="target/release/stompgate-relay"
 LOAD="target/release/stompgate-load"
@@ -39,10 +40,7 @@ one_run() {
         "$SG" --stomp-addr "127.0.0.1:$PORT" --grpc-addr off --metrics-addr off --store-dir off --cores 2 >/dev/null 2>&1 &
     fi
     pid=$!
-    for _ in $(seq 1 50); do
-        "$LOAD" connect --workers 1 --port "$PORT" --duration-s 0.2 --warmup-s 0 --quiet >/dev/null 2>&1 && break
-        sleep 0.1
-    done
+    wait_for_stomp "$PORT" "$LOAD"
     "$LOAD" connect --workers 4 --port "$PORT" --duration-s "$DURATION_S" --warmup-s 0 --json --quiet --name conn-cost >/tmp/conn-cost.$$.json 2>/dev/null &
     load_pid=$!
     sleep 1

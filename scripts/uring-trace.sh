@@ -11,6 +11,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+. scripts/bench-lib.sh
 LOAD="target/release/stompgate-load"
 PORT="${PORT:-61698}"
 [ "$#" -gt 0 ] || set -- target/release/stompgate
@@ -20,10 +21,7 @@ trap 'rm -rf "$WORK"' EXIT
 for bin in "$@"; do
     "$bin" --stomp-addr "127.0.0.1:$PORT" --grpc-addr off --metrics-addr off --store-dir off --cores 2 >/dev/null 2>&1 &
     pid=$!
-    for _ in $(seq 1 50); do
-        "$LOAD" connect --workers 1 --port "$PORT" --duration-s 0.2 --warmup-s 0 --quiet >/dev/null 2>&1 && break
-        sleep 0.1
-    done
+    wait_for_stomp "$PORT" "$LOAD"
     "$LOAD" connect --workers 4 --port "$PORT" --duration-s 6 --warmup-s 0 --json --quiet --name uring-trace >"$WORK/load.json" 2>/dev/null &
     load_pid=$!
     sleep 2
