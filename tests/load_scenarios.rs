@@ -1,8 +1,9 @@
 //! The load harness's STOMP scenarios (`stompgate-load fanout | queue | connect`) as processes,
 //! against an in-process gateway and against the bare relay baseline (`stompgate-relay`,
 //! perf/relay/) that `scripts/compare.sh` measures beside the peers. Each run is short; what is
-//! checked is the accounting, never a speed: messages flow, nothing is lost or duplicated, the
-//! CPU figures are produced. The relay runs as its own process and is measured through
+//! checked is the accounting, never a speed: messages flow, nothing is lost or duplicated (but
+//! AMQP Events, at-most-once: lost only as many as the gateway counted dropped), the CPU
+//! figures are produced. The relay runs as its own process and is measured through
 //! `--server-pid`, exactly as compare.sh does. The same scenarios run over the gateway's
 //! WebSocket listener with `--ws`, as compare.sh's `TRANSPORTS=ws` does, and `fanout` and
 //! `queue` over the gateway's AMQP 1.0 listener with `--protocol amqp`, as amqp-bench.sh does.
@@ -44,6 +45,11 @@ impl Drop for Relay {
 /// Runs one scenario for a 1 s window, with the transport flags `via` (none: plain TCP), and
 /// returns its JSON report (exit 0 required: exit 3 would mean lost or duplicated messages).
 fn run(scenario: &[&str], via: &[&str], port: u16, server_pid: u32) -> Value {
+    report(&run_process(scenario, via, port, server_pid), &format!("{scenario:?}"))
+}
+
+/// [`run`]'s process, whatever its exit.
+fn run_process(scenario: &[&str], via: &[&str], port: u16, server_pid: u32) -> std::process::Output {
     let (port, pid, name) = (port.to_string(), server_pid.to_string(), unique("load"));
     let mut args = scenario.to_vec();
     args.extend_from_slice(via);
@@ -63,7 +69,7 @@ fn run(scenario: &[&str], via: &[&str], port: u16, server_pid: u32) -> Value {
         "--json",
         "--quiet",
     ]);
-    report(&harness(&args), &format!("{scenario:?}"))
+    harness(&args)
 }
 
 fn n(r: &Value, key: &str) -> u64 {
@@ -128,21 +134,69 @@ fn the_bare_relay_baseline_serves_every_compared_scenario() {
 
 /// `--protocol amqp`: fanout 1 -> 3 pre-settled on `events/<name>` and queue 2 -> 2 on
 /// `queues/<name>` (producers counted when accepted, consumers accepting every delivery),
-/// against the gateway's AMQP 1.0 listener: every window message arrives once per
-/// subscriber, none lost or duplicated, and the queue's window deliveries were all accepted.
+/// against the gateway's AMQP 1.0 listener (a child process, so that its counters are its
+/// own): the queue's window messages arrive once each, none lost or duplicated, all accepted.
+///
+/// AMQP Events are at-most-once: the gateway drops a delivery to a link without credit and
+/// counts it (seed 002, `kubemq_amqp10_events_dropped_no_credit_total`), and nothing holds the
+/// publisher back for a receiver. On a loaded machine a receiver can fall more than its credit
+/// behind (seen in CI: about 1 run in 20 beside two busy loops, one receiver missing most of
+/// the window). So the fan-out is accounted against that counter: each window message arrived
+/// exactly once per receiver or is lost, and no more are lost than the gateway dropped for
+/// want of credit (the counter also holds drops before the window). A second fan-out whose
+/// receivers grant a credit of 2 loses for certain (the gateway fans out a whole read batch of
+/// the publisher's transfers in one turn, and every batch holds more than 2): the same
+/// accounting, with losses in it.
 #[test]
 fn the_harness_amqp_scenarios_account_exactly_against_the_gateway() {
-    let server = TestServer::start_with(|c| c.amqp_addr = Some("127.0.0.1:0".parse().unwrap()));
-    let port = server.server().amqp_addr().expect("the AMQP listener is bound").port();
-    let pid = std::process::id();
-    let fanout = run(&["fanout", "--protocol", "amqp", "--subscribers", "3"], &[], port, pid);
-    assert_eq!((fanout["scenario"].as_str(), fanout["protocol"].as_str()), (Some("fanout"), Some("amqp")), "{fanout}");
-    assert_messages_flowed(&fanout, 3);
+    use common::child::Gateway;
+    let (amqp, metrics) = (common::metrics::free_port(), common::metrics::free_port());
+    let (amqp_flag, metrics_flag) = (amqp.to_string(), metrics.to_string());
+    let gw = Gateway::spawn(&["--cores", "2", "--amqp-addr", &amqp_flag, "--metrics-addr", &metrics_flag], None);
+    let (port, pid) = (amqp.port(), gw.pid());
+
+    amqp_fanout_accounts_its_losses(&[], port, pid, metrics);
+    let starved = amqp_fanout_accounts_its_losses(&["--amqp-credit", "2"], port, pid, metrics);
+    assert!(n(&starved, "lost") > 0, "a credit of 2 cannot take a whole batch: {starved}");
 
     let queue = run(&["queue", "--protocol", "amqp", "--producers", "2", "--consumers", "2", "--receipt-every", "200"], &[], port, pid);
     assert_eq!((queue["scenario"].as_str(), queue["protocol"].as_str()), (Some("queue"), Some("amqp")), "{queue}");
     assert_messages_flowed(&queue, 1);
     assert_eq!(n(&queue, "accepted"), n(&queue, "sent"), "every window delivery was settled accepted: {queue}");
+    drop(gw);
+}
+
+/// An AMQP fanout 1 -> 3 (with `extra` flags) against the gateway on `port` whose metrics
+/// listener is `metrics`: none duplicated, each window message arrived once per receiver or
+/// is lost, and the lost are at most what the gateway has counted dropped for want of credit
+/// so far. Returns the report.
+fn amqp_fanout_accounts_its_losses(extra: &[&str], port: u16, pid: u32, metrics: std::net::SocketAddr) -> Value {
+    use std::time::{Duration, Instant};
+    const DROPPED: &str = "kubemq_amqp10_events_dropped_no_credit_total";
+    let scenario: Vec<&str> = ["fanout", "--protocol", "amqp", "--subscribers", "3"].iter().chain(extra).copied().collect();
+    let out = run_process(&scenario, &[], port, pid);
+    // Exit 3 is the harness's "lost or duplicated"; which of the two is checked below.
+    let fanout: Value = if out.status.code() == Some(3) {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    } else {
+        report(&out, &format!("{scenario:?}"))
+    };
+    assert_eq!((fanout["scenario"].as_str(), fanout["protocol"].as_str()), (Some("fanout"), Some("amqp")), "{fanout}");
+    let (sent, lost) = (n(&fanout, "sent"), n(&fanout, "lost"));
+    assert!(sent > 0 && n(&fanout, "delivered") > 0, "{fanout}");
+    assert_eq!(n(&fanout, "duplicated"), 0, "{fanout}");
+    assert_eq!(n(&fanout, "latency_count") + lost, sent * 3, "each window message arrived once per receiver or is lost: {fanout}");
+    // The gateway adds a connection's counts on its core's tick and as it closes; the exporter
+    // has them within a tick or two.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut dropped = common::metrics::scrape_sum_at(metrics, DROPPED) as u64;
+    while dropped < lost && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        dropped = common::metrics::scrape_sum_at(metrics, DROPPED) as u64;
+    }
+    assert!(lost <= dropped, "lost {lost}, but the gateway dropped only {dropped} for want of credit: {fanout}");
+    fanout
 }
 
 /// `queue --receipt-window N --send-header persistent:true` against a gateway with its store
