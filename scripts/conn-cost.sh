@@ -2,9 +2,10 @@
 # Where a connection's server CPU goes: user against kernel time, context switches (voluntary,
 # involuntary) and system calls per connection, for stompgate and the bare relay, interleaved.
 # The load is the issue-19 connect case (`stompgate-load connect --workers 4`: TCP connect,
-# CONNECT, CONNECTED, DISCONNECT + receipt, close); stompgate runs `--cores 2 --store-dir off`.
+# CONNECT, CONNECTED, DISCONNECT + receipt, close); stompgate runs `--cores N --store-dir off`
+# for each N in CORES (default 2; e.g. CORES="1 2" measures both, interleaved with the relay).
 #
-#   ROUNDS=3 DURATION_S=6 scripts/conn-cost.sh [STOMPGATE_BIN]
+#   ROUNDS=3 DURATION_S=6 [CORES="1 2"] scripts/conn-cost.sh [STOMPGATE_BIN]
 #
 # Per thread of the server, from /proc/<pid>/task/*/{stat,status} sampled around the middle
 # DURATION_S - 2 seconds of each run; system calls from `perf stat -e raw_syscalls:sys_enter`
@@ -20,6 +21,7 @@ LOAD="target/release/stompgate-load"
 ROUNDS="${ROUNDS:-3}"
 DURATION_S="${DURATION_S:-6}"
 PORT="${PORT:-61694}"
+CORES="${CORES:-2}"
 OUT="perf/results/conn-cost-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
 HZ="$(getconf CLK_TCK)"
 
@@ -37,7 +39,8 @@ one_run() {
     if [ "$server" = relay ]; then
         "$RELAY" --listen "127.0.0.1:$PORT" >/dev/null 2>&1 &
     else
-        "$SG" --stomp-addr "127.0.0.1:$PORT" --grpc-addr off --metrics-addr off --store-dir off --cores 2 >/dev/null 2>&1 &
+        # server is stompgate-cN
+        "$SG" --stomp-addr "127.0.0.1:$PORT" --grpc-addr off --metrics-addr off --store-dir off --cores "${server#stompgate-c}" >/dev/null 2>&1 &
     fi
     pid=$!
     wait_for_stomp "$PORT" "$LOAD"
@@ -68,7 +71,10 @@ EOF
 
 mkdir -p perf/results
 for round in $(seq 1 "$ROUNDS"); do
-    if [ $((round % 2)) = 1 ]; then order="relay stompgate"; else order="stompgate relay"; fi
+    order="relay"
+    for c in $CORES; do order="$order stompgate-c$c"; done
+    # Alternate the order round by round, so drift falls on every server alike.
+    if [ $((round % 2)) = 0 ]; then order="$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')"; fi
     for server in $order; do one_run "$server" "$round"; done
 done
 rm -f /tmp/conn-cost.$$.json
