@@ -140,8 +140,8 @@ fn the_bare_relay_baseline_serves_every_compared_scenario() {
 /// AMQP Events are at-most-once: the gateway drops a delivery to a link without credit and
 /// counts it (seed 002, `kubemq_amqp10_events_dropped_no_credit_total`), and nothing holds the
 /// publisher back for a receiver. On a loaded machine a receiver can fall more than its credit
-/// behind (seen in CI: about 1 run in 20 beside two busy loops, one receiver missing most of
-/// the window). So the fan-out is accounted against that counter: each window message arrived
+/// behind (seen once in CI; beside two busy loops about 1 run in 10 to 20, one receiver
+/// missing most of the window). So the fan-out is accounted against that counter: each window message arrived
 /// exactly once per receiver or is lost, and no more are lost than the gateway dropped for
 /// want of credit (the counter also holds drops before the window). A second fan-out whose
 /// receivers grant a credit of 2 loses for certain (the gateway fans out a whole read batch of
