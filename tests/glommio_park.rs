@@ -22,9 +22,9 @@
 //! armed across the executor's turns: an earlier timer set while a later one is armed still
 //! wakes a parked executor on time, and a task queue that runs on is still preempted. Between
 //! them, `timers_fire_in_deadline_order_…` guards the fifth change (due timers taken from the
-//! front of the timer map instead of splitting it every turn). The final test guards what was
-//! withdrawn from the second change: a sleep timer kept from park to park lost wake-ups. The
-//! last guards the eighth change's one ring-linking poll, kept from park to park.
+//! front of the timer map instead of splitting it every turn). The next-to-last test guards what
+//! was withdrawn from the second change: a sleep timer kept from park to park lost wake-ups.
+//! The last guards the eighth change's one ring-linking poll, kept from park to park.
 
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement};
